@@ -1,0 +1,81 @@
+//! Builds the builtin component tools (`plugins/`, its own cargo workspace) for
+//! wasm32-wasip2 and places them in `OUT_DIR`, so the `warden` binary embeds the
+//! `fs` plugin and `cargo install --path .` gives a self-contained program.
+//!
+//! The wasm32-wasip2 target is added with rustup when it is missing (rustup does
+//! not add targets from `rust-toolchain.toml` to an installed toolchain).
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+const PLUGINS: &[&str] = &["fs", "testkit"];
+
+fn main() {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let plugins = root.join("plugins");
+    for p in ["wit", "fs/src", "fs/Cargo.toml", "testkit/src", "testkit/Cargo.toml", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed=plugins/{p}");
+    }
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    ensure_target(&rustc);
+
+    let target_dir = root.join("target").join("wasm-plugins");
+    let cargo_home = env::var("CARGO_HOME").unwrap_or_default();
+    let mut flags = vec![format!("--remap-path-prefix={}=/warden/plugins", plugins.display())];
+    if !cargo_home.is_empty() {
+        flags.push(format!("--remap-path-prefix={cargo_home}=/cargo"));
+    }
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "--locked", "--target", TARGET, "--manifest-path"])
+        .arg(plugins.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
+        .env("RUSTC", &rustc)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_PRIMARY_PACKAGE")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cargo} to build the builtin plugins: {e}"));
+    if !status.success() {
+        panic!("building the builtin plugins (plugins/) for {TARGET} failed: see the errors above");
+    }
+    for name in PLUGINS {
+        let built = target_dir.join(TARGET).join("release").join(format!("{name}.wasm"));
+        let dest = out.join(format!("{name}.wasm"));
+        std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("cannot copy {}: {e}", built.display()));
+    }
+    println!("cargo:rustc-env=WARDEN_TESTKIT_WASM={}", out.join("testkit.wasm").display());
+}
+
+/// Adds the wasm32-wasip2 target with rustup when this toolchain lacks it.
+fn ensure_target(rustc: &str) {
+    let sysroot = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(sysroot) = &sysroot {
+        if Path::new(sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir() {
+            return;
+        }
+    }
+    println!("cargo:warning=the {TARGET} target is missing: running `rustup target add {TARGET}`");
+    let status = Command::new("rustup").args(["target", "add", TARGET]).status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("`rustup target add {TARGET}` failed ({s}); run it yourself, then build again"),
+        Err(e) => panic!(
+            "the {TARGET} target is missing and rustup cannot be run ({e}); install the target for this \
+             toolchain (with rustup: `rustup target add {TARGET}`; otherwise your distribution's \
+             rust-std package for {TARGET}), then build again"
+        ),
+    }
+}

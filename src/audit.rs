@@ -1,0 +1,459 @@
+//! The audit log: one JSON record per call, appended and fsynced before the
+//! result is returned, chained by hashes so that edits, removals and reorders
+//! are detected.
+//!
+//! Each line carries `seq` (one more than the line before) and `prev` (the
+//! sha256 of the previous line's bytes; 64 zeros for the first). Appends hold an
+//! exclusive `flock` on the file, so several warden processes can share one log.
+//! A line without its newline is a torn write (a crash mid-append): the next
+//! writer moves it to `FILE.torn` before appending, and `log verify` reports and
+//! skips it when it is still the last line.
+//!
+//! The chain proves the order and content of every line *relative to the last
+//! one*; the last line itself can only be checked against a copy of the head
+//! hash kept elsewhere, which `log verify` prints for that purpose.
+
+#![forbid(unsafe_code)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::approval::ApprovedBy;
+use crate::policy::Tier;
+use crate::runtime::{SandboxReport, Usage};
+
+/// `prev` of the first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// Longest string argument kept in a record (the hash covers the whole).
+const MAX_ARG_STRING: usize = 4096;
+/// Most bytes of arguments kept in a record.
+const MAX_ARGS_BYTES: usize = 16 << 10;
+/// How far back from the end a writer looks for the last line.
+const TAIL_WINDOW: u64 = 1 << 20;
+
+/// What was decided for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// It ran (or was cleared to run).
+    Allowed,
+    /// The policy denied it.
+    Denied,
+    /// It needed approval and nobody could answer.
+    ApprovalRequired,
+    /// Someone said no.
+    Rejected,
+    /// It failed before a decision (unknown tool, invalid arguments).
+    None,
+}
+
+/// One call's record, before it is chained.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// RFC 3339 UTC time the call started.
+    pub ts: String,
+    /// The call's id.
+    pub call_id: String,
+    /// The session (one CLI process, or one MCP connection).
+    pub session: String,
+    /// The requested tool name.
+    pub tool: String,
+    /// sha256 of the arguments' JSON.
+    pub args_sha256: String,
+    /// The arguments, secrets redacted and long values cut.
+    pub args: Value,
+    /// The tier the decision came to.
+    pub tier: Option<Tier>,
+    /// The rule that set the tier, `file:line:column`.
+    pub rule: Option<String>,
+    /// What was decided.
+    pub decision: Decision,
+    /// Who approved it.
+    pub approved_by: Option<ApprovedBy>,
+    /// `success`, `error` or `rejected`.
+    pub status: &'static str,
+    /// The error code, if any.
+    pub error_code: Option<&'static str>,
+    /// Wall time of the whole call.
+    pub duration_ms: f64,
+    /// What the tool used.
+    pub usage: Option<Usage>,
+    /// The sandbox it ran under.
+    pub sandbox: Option<SandboxReport>,
+}
+
+#[derive(Serialize)]
+struct Chained<'a> {
+    #[serde(flatten)]
+    record: &'a Record,
+    seq: u64,
+    prev: String,
+}
+
+#[derive(Debug)]
+struct Head {
+    len: u64,
+    seq: u64,
+    prev: String,
+}
+
+/// An open audit log.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<(File, Option<Head>)>,
+}
+
+/// The default log path: `$XDG_STATE_HOME/warden/audit.jsonl` or `~/.local/state/warden/audit.jsonl`.
+pub fn default_path() -> PathBuf {
+    let state =
+        std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(|| {
+            std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root")).join(".local/state")
+        });
+    state.join("warden").join("audit.jsonl")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl AuditLog {
+    /// Opens (creating it and its directory, private to this user) the log at `path`.
+    pub fn open(path: &Path) -> std::io::Result<AuditLog> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+        let file = OpenOptions::new().read(true).append(true).create(true).mode(0o600).open(path)?;
+        Ok(AuditLog { path: path.to_path_buf(), file: Mutex::new((file, None)) })
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `record`, chained to the last line, and fsyncs it. Returns only once it is durable.
+    pub fn append(&self, record: &Record) -> std::io::Result<()> {
+        let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let (file, cached) = &mut *guard;
+        file.lock()?;
+        let result = (|| {
+            let len = file.metadata()?.len();
+            let head = match cached.take() {
+                Some(h) if h.len == len => h,
+                _ => self.read_head(file, len)?,
+            };
+            let mut line = serde_json::to_vec(&Chained { record, seq: head.seq + 1, prev: head.prev })?;
+            let prev = sha256_hex(&line);
+            line.push(b'\n');
+            file.write_all(&line)?;
+            file.sync_data()?;
+            let len = file.metadata()?.len();
+            *cached = Some(Head { len, seq: head.seq + 1, prev });
+            Ok(())
+        })();
+        let unlocked = file.unlock();
+        result.and(unlocked)
+    }
+
+    /// Finds the last complete line (moving a torn tail aside first).
+    fn read_head(&self, file: &mut File, len: u64) -> std::io::Result<Head> {
+        if len == 0 {
+            return Ok(Head { len, seq: 0, prev: GENESIS.into() });
+        }
+        let start = len.saturating_sub(TAIL_WINDOW);
+        let mut tail = Vec::new();
+        file.seek(SeekFrom::Start(start))?;
+        file.take(len - start).read_to_end(&mut tail)?;
+        let mut len = len;
+        if tail.last() != Some(&b'\n') {
+            let cut = tail.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let torn = tail.split_off(cut);
+            let aside = self.path.with_extension("jsonl.torn");
+            let mut t = OpenOptions::new().append(true).create(true).mode(0o600).open(&aside)?;
+            t.write_all(&torn)?;
+            t.write_all(b"\n")?;
+            t.sync_data()?;
+            len = start + cut as u64;
+            file.set_len(len)?;
+            tracing::warn!(
+                "audit log {}: moved a torn last line ({} bytes, a crash mid-write) to {}",
+                self.path.display(),
+                torn.len(),
+                aside.display()
+            );
+            if len == 0 {
+                return Ok(Head { len, seq: 0, prev: GENESIS.into() });
+            }
+        }
+        let body = &tail[..tail.len() - 1];
+        let last = match body.iter().rposition(|&b| b == b'\n') {
+            Some(i) => &body[i + 1..],
+            None if start == 0 => body,
+            None => return Err(std::io::Error::other("the last audit record is longer than 1 MiB")),
+        };
+        let seq = serde_json::from_slice::<Value>(last)
+            .ok()
+            .and_then(|v| v.get("seq").and_then(Value::as_u64))
+            .ok_or_else(|| std::io::Error::other("the last audit record is not a warden record (no seq)"))?;
+        Ok(Head { len, seq, prev: sha256_hex(last) })
+    }
+}
+
+/// Keys whose values are never written to the log.
+fn secret_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token", "key", "authorization", "cookie", "credential"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+fn secret_value(s: &str) -> bool {
+    let t = s.trim_start();
+    t.starts_with("Bearer ")
+        || t.starts_with("Basic ")
+        || t.contains("PRIVATE KEY-----")
+        || (t.len() == 20 && t.starts_with("AKIA") && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+        || t.starts_with("ghp_")
+        || t.starts_with("sk-")
+}
+
+/// The arguments as the log keeps them: secret-looking values replaced, long strings cut, bounded.
+pub fn redact(v: &Value) -> Value {
+    fn walk(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, v)| {
+                        let v = if secret_key(k) && !v.is_object() && !v.is_array() {
+                            Value::from("[REDACTED]")
+                        } else {
+                            walk(v)
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(walk).collect()),
+            Value::String(s) if secret_value(s) => Value::from("[REDACTED]"),
+            Value::String(s) if s.len() > MAX_ARG_STRING => {
+                let mut end = MAX_ARG_STRING;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Value::from(format!("{}…[{} bytes]", &s[..end], s.len()))
+            }
+            other => other.clone(),
+        }
+    }
+    crate::shape::truncate(walk(v), MAX_ARGS_BYTES).0
+}
+
+/// What `log verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Records checked.
+    pub records: u64,
+    /// A torn last line that was skipped (its line number).
+    pub torn_line: Option<u64>,
+    /// The first bad line and why.
+    pub problem: Option<(u64, String)>,
+    /// sha256 of the last good line: keep it elsewhere to anchor the chain.
+    pub head: String,
+}
+
+/// Checks the hash chain of the log at `path`.
+pub fn verify(path: &Path) -> std::io::Result<Verification> {
+    let data = fs::read(path)?;
+    let mut v = Verification { records: 0, torn_line: None, problem: None, head: GENESIS.into() };
+    let mut expected_seq: Option<u64> = None;
+    let mut lines = data.split_inclusive(|&b| b == b'\n').enumerate();
+    while let Some((i, raw)) = lines.next() {
+        let n = i as u64 + 1;
+        if raw.last() != Some(&b'\n') {
+            v.torn_line = Some(n);
+            break;
+        }
+        let line = &raw[..raw.len() - 1];
+        let fail = |why: String| Some((n, why));
+        let Ok(rec) = serde_json::from_slice::<Value>(line) else {
+            v.problem = fail("not a JSON record (edited or corrupted)".into());
+            break;
+        };
+        let (Some(seq), Some(prev)) = (rec.get("seq").and_then(Value::as_u64), rec.get("prev").and_then(Value::as_str))
+        else {
+            v.problem = fail("missing seq or prev: not a warden record".into());
+            break;
+        };
+        if let Some(want) = expected_seq.filter(|&want| want != seq) {
+            v.problem = fail(format!(
+                "seq {seq} where {want} was expected: {}",
+                if seq > want {
+                    "records were removed before this line"
+                } else {
+                    "records were reordered or duplicated"
+                }
+            ));
+            break;
+        }
+        if prev != v.head {
+            let previous = if n == 1 { "the start of the log".to_string() } else { format!("line {}", n - 1) };
+            // The seq numbers are intact, so the previous line's content changed (or this prev did).
+            v.problem = Some((
+                if n == 1 { 1 } else { n - 1 },
+                format!("{previous} does not hash to the prev recorded by line {n}: it was edited"),
+            ));
+            break;
+        }
+        v.head = sha256_hex(line);
+        v.records += 1;
+        expected_seq = Some(seq + 1);
+    }
+    Ok(v)
+}
+
+/// Per-tool figures of `log stats`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ToolStats {
+    /// The tool.
+    pub tool: String,
+    /// Calls recorded.
+    pub calls: u64,
+    /// Succeeded.
+    pub ok: u64,
+    /// Failed (other than denied and rejected).
+    pub errors: u64,
+    /// Denied by the policy.
+    pub denied: u64,
+    /// Rejected by a person.
+    pub rejected: u64,
+    /// Median duration.
+    pub p50_ms: f64,
+    /// 95th percentile duration.
+    pub p95_ms: f64,
+}
+
+/// Per-tool counts and latencies from the log at `path`, sorted by tool.
+pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
+    let data = fs::read_to_string(path)?;
+    let mut by_tool: std::collections::BTreeMap<String, (ToolStats, Vec<f64>)> = Default::default();
+    for line in data.lines() {
+        let Ok(rec) = serde_json::from_str::<Value>(line) else { continue };
+        let tool = rec.get("tool").and_then(Value::as_str).unwrap_or("?").to_string();
+        let (s, durations) =
+            by_tool.entry(tool.clone()).or_insert_with(|| (ToolStats { tool, ..Default::default() }, Vec::new()));
+        s.calls += 1;
+        match (rec.get("status").and_then(Value::as_str), rec.get("error_code").and_then(Value::as_str)) {
+            (Some("success"), _) => s.ok += 1,
+            (Some("rejected"), _) => s.rejected += 1,
+            (_, Some("DENIED")) => s.denied += 1,
+            _ => s.errors += 1,
+        }
+        if let Some(d) = rec.get("duration_ms").and_then(Value::as_f64) {
+            durations.push(d);
+        }
+    }
+    Ok(by_tool
+        .into_values()
+        .map(|(mut s, mut d)| {
+            d.sort_by(f64::total_cmp);
+            let pct = |p: f64| if d.is_empty() { 0.0 } else { d[((d.len() - 1) as f64 * p).round() as usize] };
+            s.p50_ms = pct(0.5);
+            s.p95_ms = pct(0.95);
+            s
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tool: &str) -> Record {
+        Record {
+            ts: "2026-01-01T00:00:00Z".into(),
+            call_id: "c-1".into(),
+            session: "s".into(),
+            tool: tool.into(),
+            args_sha256: "x".into(),
+            args: serde_json::json!({"token": "abc", "path": "a"}),
+            tier: Some(Tier::Auto),
+            rule: None,
+            decision: Decision::Allowed,
+            approved_by: Some(ApprovedBy::Auto),
+            status: "success",
+            error_code: None,
+            duration_ms: 1.0,
+            usage: None,
+            sandbox: None,
+        }
+    }
+
+    fn log_with(n: usize) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.jsonl");
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..n {
+            log.append(&record(&format!("t{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        }
+        (dir, path)
+    }
+
+    #[test]
+    fn a_fresh_chain_verifies() {
+        let (_d, path) = log_with(5);
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.problem, v.torn_line), (5, None, None));
+    }
+
+    #[test]
+    fn an_edited_line_is_named() {
+        let (_d, path) = log_with(5);
+        let text = fs::read_to_string(&path).unwrap_or_default().replacen("\"t2\"", "\"tX\"", 1);
+        fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.problem.map(|p| p.0), Some(3));
+    }
+
+    #[test]
+    fn a_removed_line_is_named() {
+        let (_d, path) = log_with(5);
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let kept: Vec<&str> = text.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| l).collect();
+        fs::write(&path, kept.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.problem.map(|p| p.0), Some(2));
+    }
+
+    #[test]
+    fn a_torn_tail_is_reported_then_moved_aside_by_the_next_writer() {
+        let (_d, path) = log_with(3);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
+        f.write_all(b"{\"ts\":\"half").unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (3, Some(4), None));
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (4, None, None));
+        assert!(path.with_extension("jsonl.torn").exists());
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let r = redact(
+            &serde_json::json!({"api_key": "k", "nested": {"Authorization": "x"}, "h": "Bearer abc", "ok": "fine"}),
+        );
+        assert_eq!(
+            r,
+            serde_json::json!({"api_key": "[REDACTED]", "nested": {"Authorization": "[REDACTED]"}, "h": "[REDACTED]", "ok": "fine"})
+        );
+    }
+}

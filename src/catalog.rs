@@ -1,0 +1,187 @@
+//! The catalog: the tools that exist under the policy, each with its plugin,
+//! description and compiled input schema; name resolution with suggestions.
+//!
+//! Only tools the policy declares exist. A plugin's other tools are invisible.
+//! A tool whose plugin failed to load (missing file, sha256 mismatch) or does not
+//! offer it stays in the catalog as *unavailable*, with the reason, so `list`,
+//! `policy check` and every call say why instead of pretending it is unknown.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{Policy, Tier, ToolSpec};
+use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
+
+/// The largest input schema warden compiles.
+const MAX_SCHEMA_BYTES: usize = 256 << 10;
+
+/// A tool ready to be called.
+#[derive(Debug)]
+pub struct ReadyTool {
+    /// The plugin that runs it.
+    pub plugin: Arc<LoadedPlugin>,
+    /// The description shown to agents (the policy's, else the plugin's).
+    pub description: String,
+    /// The input schema.
+    pub schema: Value,
+    validator: jsonschema::Validator,
+    /// Top-level arguments the schema marks `"format": "path"`.
+    pub path_args: Vec<String>,
+}
+
+/// One tool of the policy.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its policy entry.
+    pub spec: ToolSpec,
+    /// Ready, or why not.
+    pub state: Result<ReadyTool, CallError>,
+}
+
+/// Every tool of the policy, by name.
+#[derive(Debug)]
+pub struct Catalog {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Catalog {
+    /// Loads every plugin the policy's tools use and compiles their schemas.
+    pub fn build(policy: &Policy, runtime: &ComponentRuntime) -> Catalog {
+        let mut entries = BTreeMap::new();
+        for (name, spec) in &policy.tools {
+            let state = ready(policy, spec, runtime);
+            if let Err(e) = &state {
+                tracing::warn!(tool = %name, "tool unavailable: {}", e.message);
+            }
+            entries.insert(name.clone(), Entry { spec: spec.clone(), state });
+        }
+        Catalog { entries }
+    }
+
+    /// Every tool, sorted by name (including `deny` and unavailable ones).
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// The tools an agent may see: not `deny`, sorted by name.
+    pub fn visible(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values().filter(|e| e.spec.tier != Tier::Deny)
+    }
+
+    /// Resolves a requested name: exact, then `PLUGIN.TOOL`. Unknown names get
+    /// `NOT_FOUND` with the closest visible names.
+    pub fn resolve(&self, requested: &str) -> Result<&Entry, CallError> {
+        if let Some(e) = self.entries.get(requested) {
+            return Ok(e);
+        }
+        if let Some((plugin, tool)) = requested.split_once('.') {
+            if let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin == plugin) {
+                return Ok(e);
+            }
+        }
+        let shown: String = requested.chars().take(80).collect();
+        let mut scored: Vec<(usize, &str)> = self
+            .visible()
+            .map(|e| (distance(&requested.to_lowercase(), &e.spec.name.to_lowercase()), e.spec.name.as_str()))
+            .filter(|(d, n)| *d <= (n.len() / 3).max(2) || n.contains(requested) || requested.contains(n))
+            .collect();
+        scored.sort();
+        let names: Vec<&str> = scored.into_iter().take(3).map(|(_, n)| n).collect();
+        let hint = if names.is_empty() {
+            "; `warden list` shows the tools this policy offers".to_string()
+        } else {
+            format!("; did you mean {}?", names.join(", "))
+        };
+        Err(CallError::new(ErrorCode::NotFound, format!("no tool named {shown:?} under this policy{hint}")))
+    }
+}
+
+impl ReadyTool {
+    /// Every schema violation of `args`, each with its JSON pointer; empty when valid.
+    pub fn violations(&self, args: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(args)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                format!("{}: {e}", if at.is_empty() { "/".to_string() } else { at })
+            })
+            .collect()
+    }
+}
+
+fn ready(policy: &Policy, spec: &ToolSpec, runtime: &ComponentRuntime) -> Result<ReadyTool, CallError> {
+    let plugin_spec = policy.plugins.get(&spec.plugin).ok_or_else(|| {
+        CallError::new(ErrorCode::Internal, format!("tool {}: plugin {} is not declared", spec.name, spec.plugin))
+    })?;
+    let plugin = runtime
+        .load(plugin_spec)
+        .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
+    let def = plugin.tools.iter().find(|t| t.name == spec.name).ok_or_else(|| {
+        let offered: Vec<&str> = plugin.tools.iter().map(|t| t.name.as_str()).collect();
+        CallError::new(
+            ErrorCode::NotFound,
+            format!(
+                "tool {} ({}): plugin {} offers no tool of that name (it offers: {})",
+                spec.name,
+                spec.location,
+                spec.plugin,
+                offered.join(", ")
+            ),
+        )
+    })?;
+    let bad_schema = |why: String| {
+        CallError::new(
+            ErrorCode::ExecutionFailed,
+            format!("tool {}: plugin {} gave an unusable input schema: {why}", spec.name, spec.plugin),
+        )
+    };
+    if def.input_schema.len() > MAX_SCHEMA_BYTES {
+        return Err(bad_schema(format!("larger than {MAX_SCHEMA_BYTES} bytes")));
+    }
+    let schema: Value = serde_json::from_str(&def.input_schema).map_err(|e| bad_schema(e.to_string()))?;
+    let validator = jsonschema::draft202012::new(&schema).map_err(|e| bad_schema(e.to_string()))?;
+    let path_args = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .filter(|(_, p)| p.get("format").and_then(Value::as_str) == Some("path"))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let description = spec.description.clone().unwrap_or_else(|| def.description.clone());
+    Ok(ReadyTool { plugin, description, schema, validator, path_args })
+}
+
+/// Levenshtein distance, for suggestions.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distance;
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(distance("read_fle", "read_file"), 1);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("grep", "grep"), 0);
+    }
+}

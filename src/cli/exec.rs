@@ -1,0 +1,122 @@
+//! `warden exec`: tool calls in the shapes agents emit, tool results in the
+//! shapes they expect back.
+//!
+//! | input                                              | output                                      |
+//! |----------------------------------------------------|---------------------------------------------|
+//! | OpenAI `tool_calls` item                           | `{"role":"tool","tool_call_id",…,"content"}` |
+//! | OpenAI assistant message with `tool_calls`         | an array of those, in order                 |
+//! | Anthropic `tool_use` block                         | a `tool_result` block                        |
+//! | Anthropic assistant message with `content` blocks  | `{"role":"user","content":[tool_result…]}`   |
+//! | an array of OpenAI items or Anthropic blocks       | an array of the matching results            |
+//!
+//! The `content` of each result is the call's result document as JSON text.
+//! Several calls run concurrently; results keep the input order. The exit code
+//! is that of the first call (in input order) that did not succeed.
+
+use serde_json::{Value, json};
+
+use crate::executor::{Executor, ToolCall};
+
+/// Most calls one `exec` runs.
+pub(super) const MAX_CALLS: usize = 64;
+
+#[derive(Clone, Copy)]
+enum Shape {
+    OpenAi,
+    Anthropic,
+}
+
+struct Parsed {
+    shape: Shape,
+    id: String,
+    call: ToolCall,
+}
+
+fn parse_item(v: &Value) -> Result<Option<Parsed>, String> {
+    if v.get("type").and_then(Value::as_str) == Some("tool_use") {
+        let id = v.get("id").and_then(Value::as_str).ok_or("a tool_use block needs a string `id`")?;
+        let name = v.get("name").and_then(Value::as_str).ok_or("a tool_use block needs a string `name`")?;
+        let input = v.get("input").cloned().unwrap_or_else(|| json!({}));
+        return Ok(Some(Parsed { shape: Shape::Anthropic, id: id.into(), call: ToolCall::new(name, input) }));
+    }
+    if let Some(f) = v.get("function") {
+        let id = v.get("id").and_then(Value::as_str).ok_or("a tool_calls item needs a string `id`")?;
+        let name = f.get("name").and_then(Value::as_str).ok_or("`function.name` must be a string")?;
+        let mut call = ToolCall::new(name, json!({}));
+        match f.get("arguments") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.trim().is_empty() => {}
+            Some(Value::String(s)) => match serde_json::from_str(s) {
+                Ok(a) => call.args = a,
+                Err(e) => call.input_error = Some(format!("`arguments` is not valid JSON: {e}")),
+            },
+            Some(other) => call.args = other.clone(),
+        }
+        return Ok(Some(Parsed { shape: Shape::OpenAi, id: id.into(), call }));
+    }
+    if v.get("type").and_then(Value::as_str).is_some() {
+        return Ok(None); // a text or thinking block beside the tool calls
+    }
+    Err("not a tool call: expected an OpenAI tool_calls item (with `function`) or an Anthropic tool_use block".into())
+}
+
+fn result_message(p: &Parsed, doc: &Value, ok: bool) -> Value {
+    let content = doc.to_string();
+    match p.shape {
+        Shape::OpenAi => json!({"role": "tool", "tool_call_id": p.id, "content": content}),
+        Shape::Anthropic => json!({"type": "tool_result", "tool_use_id": p.id, "content": content, "is_error": !ok}),
+    }
+}
+
+/// Runs the call(s) in `doc`; returns the output document and the exit code.
+pub(super) fn run(executor: &Executor, doc: &Value) -> Result<(Value, u8), String> {
+    enum Wrap {
+        One,
+        Array,
+        AnthropicMessage,
+    }
+    let (items, wrap): (Vec<&Value>, Wrap) = if let Some(calls) = doc.get("tool_calls").and_then(Value::as_array) {
+        (calls.iter().collect(), Wrap::Array)
+    } else if let (Some("assistant"), Some(blocks)) =
+        (doc.get("role").and_then(Value::as_str), doc.get("content").and_then(Value::as_array))
+    {
+        (blocks.iter().collect(), Wrap::AnthropicMessage)
+    } else if let Some(a) = doc.as_array() {
+        (a.iter().collect(), Wrap::Array)
+    } else {
+        (vec![doc], Wrap::One)
+    };
+    let mut parsed = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match parse_item(item) {
+            Ok(Some(p)) => parsed.push(p),
+            Ok(None) => {}
+            Err(e) => return Err(format!("call {}: {e}", i + 1)),
+        }
+    }
+    if parsed.is_empty() {
+        return Err("no tool call found in the input".into());
+    }
+    if parsed.len() > MAX_CALLS {
+        return Err(format!("{} calls in one exec; at most {MAX_CALLS}", parsed.len()));
+    }
+    let responses: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = parsed.iter().map(|p| s.spawn(|| executor.call(p.call.clone()))).collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    let mut code = 0;
+    let mut out = Vec::new();
+    for (p, r) in parsed.iter().zip(responses) {
+        let r = r.map_err(|_| format!("the call to {} panicked", p.call.tool))?;
+        if code == 0 {
+            code = r.exit_code();
+        }
+        out.push(result_message(p, &r.to_json(), r.exit_code() == 0));
+    }
+    let output = match wrap {
+        Wrap::One => out.into_iter().next().unwrap_or(Value::Null),
+        Wrap::Array => Value::Array(out),
+        Wrap::AnthropicMessage => json!({"role": "user", "content": out}),
+    };
+    Ok((output, code))
+}

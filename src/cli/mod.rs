@@ -1,0 +1,318 @@
+//! The `warden` command: parse flags, build the executor, run one command.
+//!
+//! stdout carries results only; logs and diagnostics go to stderr. Exit codes
+//! follow DESIGN.md: 0 success, 1 the tool failed, 2 bad usage or input, 3 denied
+//! or not approved, 4 timeout or limit, 5 sandbox unavailable, 70 internal.
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+mod exec;
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+use self::args::{ApproveArg, Cli, Command, LogCommand, PolicyCommand, StatsFormat};
+use crate::approval::{ApproveMode, Approver};
+use crate::audit::{self, AuditLog};
+use crate::catalog::Catalog;
+use crate::executor::{Executor, ToolCall};
+use crate::policy::units::{format_duration, format_size};
+use crate::policy::{Context, Policy, Tier};
+use crate::runtime::wasm::ComponentRuntime;
+
+/// The largest stdin document `call -` and `exec` read.
+pub const MAX_STDIN_BYTES: u64 = 8 << 20;
+
+/// Parses the command line and runs it.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure { code, message }) => {
+            eprintln!("warden: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
+/// A command that could not run: an exit code and what to tell the user.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn fail(code: u8, message: impl Into<String>) -> Failure {
+    Failure { code, message: message.into() }
+}
+
+fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Call { tool, args } => {
+            let executor = executor(&cli)?;
+            let args_text = if args == "-" { read_stdin()? } else { args.clone() };
+            let args: Value = match serde_json::from_str(&args_text) {
+                Ok(v) => v,
+                Err(e) => {
+                    let doc = json!({
+                        "status": "error",
+                        "tool": tool,
+                        "error": {"code": "INVALID_ARGS", "message": format!("ARGS is not valid JSON: {e} (line {}, column {})", e.line(), e.column()), "recoverable": true},
+                    });
+                    print_json(&doc);
+                    return Ok(2);
+                }
+            };
+            let response = executor.call(ToolCall::new(tool.clone(), args));
+            print_json(&response.to_json());
+            Ok(response.exit_code())
+        }
+        Command::Exec => {
+            let executor = executor(&cli)?;
+            let input = read_stdin()?;
+            let doc: Value = serde_json::from_str(&input).map_err(|e| {
+                fail(2, format!("stdin is not valid JSON: {e} (line {}, column {})", e.line(), e.column()))
+            })?;
+            let (output, code) = exec::run(&executor, &doc).map_err(|m| fail(2, m))?;
+            print_json(&output);
+            Ok(code)
+        }
+        Command::List { json } => {
+            let executor = executor(&cli)?;
+            list(executor.catalog(), *json);
+            Ok(0)
+        }
+        Command::Policy(PolicyCommand::Check { file }) => {
+            let ctx = context(&cli)?;
+            let policy = match file {
+                Some(f) => Policy::load(f, &ctx).map_err(|e| e.to_string()),
+                None => load_policy(&cli, &ctx).map_err(|f| f.message),
+            };
+            let policy = match policy {
+                Ok(p) => p,
+                Err(message) => {
+                    eprintln!("{message}");
+                    return Ok(1);
+                }
+            };
+            let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
+            let catalog = Catalog::build(&policy, &runtime);
+            Ok(policy_check(&policy, &catalog))
+        }
+        Command::Log(LogCommand::Verify { file }) => {
+            let path = file.clone().or_else(|| cli.audit_log.clone()).unwrap_or_else(audit::default_path);
+            let v = audit::verify(&path).map_err(|e| fail(2, format!("cannot read {}: {e}", path.display())))?;
+            if let Some(n) = v.torn_line {
+                println!("note: line {n} is torn (a crash mid-write) and was not checked");
+            }
+            match v.problem {
+                Some((line, why)) => {
+                    println!("{}: line {line}: {why}", path.display());
+                    println!("FAILED: the chain is broken at line {line} ({} records verified before it)", v.records);
+                    Ok(1)
+                }
+                None => {
+                    println!("ok: {} records, chain intact; head {}", v.records, v.head);
+                    Ok(0)
+                }
+            }
+        }
+        Command::Log(LogCommand::Stats { file, format }) => {
+            let path = file.clone().or_else(|| cli.audit_log.clone()).unwrap_or_else(audit::default_path);
+            let stats = audit::stats(&path).map_err(|e| fail(2, format!("cannot read {}: {e}", path.display())))?;
+            match format {
+                StatsFormat::Json => print_json(&serde_json::to_value(&stats).unwrap_or_default()),
+                StatsFormat::Text => {
+                    println!(
+                        "{:<24} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10} {:>10}",
+                        "TOOL", "CALLS", "OK", "ERRORS", "DENIED", "REJECTED", "P50_MS", "P95_MS"
+                    );
+                    for s in stats {
+                        println!(
+                            "{:<24} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10.2} {:>10.2}",
+                            s.tool, s.calls, s.ok, s.errors, s.denied, s.rejected, s.p50_ms, s.p95_ms
+                        );
+                    }
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, v);
+    let _ = writeln!(out);
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut s = String::new();
+    std::io::stdin()
+        .take(MAX_STDIN_BYTES + 1)
+        .read_to_string(&mut s)
+        .map_err(|e| fail(2, format!("cannot read stdin: {e}")))?;
+    if s.len() as u64 > MAX_STDIN_BYTES {
+        return Err(fail(2, format!("stdin is larger than {MAX_STDIN_BYTES} bytes")));
+    }
+    Ok(s)
+}
+
+fn context(cli: &Cli) -> Result<Context, Failure> {
+    let ws = match &cli.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|e| fail(2, format!("cannot find the current directory: {e}")))?,
+    };
+    Context::from_env(&ws)
+        .map_err(|e| fail(2, format!("workspace {}: {e} (pass an existing --workspace)", ws.display())))
+}
+
+fn load_policy(cli: &Cli, ctx: &Context) -> Result<Policy, Failure> {
+    let result = match &cli.policy {
+        Some(p) => Policy::load(p, ctx),
+        None if Path::new("warden.toml").is_file() => Policy::load(Path::new("warden.toml"), ctx),
+        None => Policy::embedded_default(ctx),
+    };
+    result.map_err(|e| fail(2, e.to_string()))
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("WARDEN_CACHE_DIR") {
+        return if d.is_empty() { None } else { Some(PathBuf::from(d)) };
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("warden").join("components"))
+}
+
+fn approve_mode(cli: &Cli) -> ApproveMode {
+    match cli.approve {
+        Some(ApproveArg::Yes) => ApproveMode::Yes,
+        Some(ApproveArg::Deny) => ApproveMode::Deny,
+        Some(ApproveArg::Prompt) => ApproveMode::Prompt,
+        None => {
+            let attached = (std::io::stdin().is_terminal() || std::io::stderr().is_terminal())
+                && std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok();
+            if attached { ApproveMode::Prompt } else { ApproveMode::Deny }
+        }
+    }
+}
+
+fn executor(cli: &Cli) -> Result<Executor, Failure> {
+    let ctx = context(cli)?;
+    let policy = load_policy(cli, &ctx)?;
+    let log_path = cli.audit_log.clone().unwrap_or_else(audit::default_path);
+    let log = AuditLog::open(&log_path).map_err(|e| {
+        fail(70, format!("cannot open the audit log {}: {e} (pass a writable --audit-log)", log_path.display()))
+    })?;
+    Executor::new(policy, Approver::new(approve_mode(cli)), log, cache_dir())
+        .map_err(|e| fail(e.code.exit_code(), e.message))
+}
+
+fn grants_summary(spec: &crate::policy::ToolSpec) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let g = &spec.grants;
+    let read = g.paths.iter().filter(|p| !p.write).map(|p| p.path.to_string()).collect();
+    let write = g.paths.iter().filter(|p| p.write).map(|p| p.path.to_string()).collect();
+    let net = g.net.iter().map(|n| n.to_string()).collect();
+    (read, write, net)
+}
+
+fn list(catalog: &Catalog, as_json: bool) {
+    if as_json {
+        let tools: Vec<Value> = catalog
+            .visible()
+            .map(|e| {
+                let (read, write, net) = grants_summary(&e.spec);
+                let mut o = json!({
+                    "name": e.spec.name,
+                    "tier": e.spec.tier,
+                    "plugin": e.spec.plugin,
+                    "available": e.state.is_ok(),
+                    "grants": {"read": read, "write": write, "net": net},
+                    "limits": {
+                        "timeout": format_duration(e.spec.limits.timeout),
+                        "memory": format_size(e.spec.limits.memory),
+                        "max_output": format_size(e.spec.limits.max_output),
+                    },
+                });
+                match &e.state {
+                    Ok(r) => {
+                        o["description"] = json!(r.description);
+                        o["input_schema"] = r.schema.clone();
+                    }
+                    Err(err) => o["unavailable"] = json!(err.message),
+                }
+                o
+            })
+            .collect();
+        print_json(&Value::Array(tools));
+        return;
+    }
+    println!("{:<18} {:<8} {:<34} DESCRIPTION", "TOOL", "TIER", "GRANTS");
+    for e in catalog.visible() {
+        let (read, write, net) = grants_summary(&e.spec);
+        let mut grants = Vec::new();
+        grants.extend(read.iter().map(|p| format!("read {p}")));
+        grants.extend(write.iter().map(|p| format!("write {p}")));
+        grants.extend(net.iter().map(|n| format!("net {n}")));
+        let grants = if grants.is_empty() { "none".to_string() } else { grants.join(", ") };
+        let description = match &e.state {
+            Ok(r) => r.description.clone(),
+            Err(err) => format!("UNAVAILABLE: {}", err.message),
+        };
+        println!("{:<18} {:<8} {:<34} {}", e.spec.name, e.spec.tier.as_str(), grants, description);
+    }
+}
+
+fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
+    println!("policy {} (sandbox mode {:?})", policy.origin, policy.mode);
+    println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
+    let mut broken = 0;
+    for e in catalog.entries() {
+        let (read, write, net) = grants_summary(&e.spec);
+        let mut grants = Vec::new();
+        grants.extend(read.iter().map(|p| format!("read {p}")));
+        grants.extend(write.iter().map(|p| format!("write {p}")));
+        grants.extend(net.iter().map(|n| format!("net {n}")));
+        println!(
+            "{:<18} {:<8} {:<9} {:<7} {:<40} {}",
+            e.spec.name,
+            e.spec.tier.as_str(),
+            format_duration(e.spec.limits.timeout),
+            format_size(e.spec.limits.memory),
+            if grants.is_empty() { "none".to_string() } else { grants.join(", ") },
+            e.spec.rules.len()
+        );
+        if let Err(err) = &e.state {
+            if e.spec.tier != Tier::Deny {
+                broken += 1;
+                eprintln!("error: {}", err.message);
+            }
+        }
+    }
+    if broken > 0 {
+        eprintln!("invalid: {broken} tool(s) cannot be used");
+        1
+    } else {
+        println!("valid: {} tool(s)", catalog.entries().count());
+        0
+    }
+}

@@ -1,0 +1,429 @@
+//! The call pipeline. Data flows one way:
+//!
+//! ```text
+//! ToolCall ─► resolve (catalog) ─► validate (JSON Schema, path arguments)
+//!          ─► decide (policy tier + rules) ─► approve (approval)
+//!          ─► run (runtime, inside the tool's walls) ─► shape (sanitise, truncate)
+//!          ─► audit (durable) ─► CallResponse
+//! ```
+//!
+//! Every call that enters leaves exactly one audit record, written and fsynced
+//! before the response is returned; if the record cannot be written the response
+//! is `INTERNAL` and the tool's result is withheld.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Component, Path, PathBuf};
+use std::time::{Instant, SystemTime};
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::approval::{self, ApprovedBy, Approver, Verdict};
+use crate::audit::{AuditLog, Decision, Record};
+use crate::catalog::{Catalog, Entry, ReadyTool};
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{GrantPath, PluginSource, Policy, Tier};
+use crate::runtime::wasm::ComponentRuntime;
+use crate::runtime::{RunOutput, SandboxReport, Walls};
+use crate::shape;
+
+/// The largest arguments object accepted, as JSON bytes.
+pub const MAX_ARGS_BYTES: usize = 1 << 20;
+
+/// A request to run one tool.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The requested name.
+    pub tool: String,
+    /// The arguments (must be a JSON object).
+    pub args: Value,
+    /// Why the arguments could not be read, when the caller could not parse them
+    /// (for example an OpenAI `arguments` string that is not JSON): the call fails
+    /// with `INVALID_ARGS` and this message, and is still audited.
+    pub input_error: Option<String>,
+}
+
+impl ToolCall {
+    /// A call of `tool` with `args`.
+    pub fn new(tool: impl Into<String>, args: Value) -> ToolCall {
+        ToolCall { tool: tool.into(), args, input_error: None }
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// It ran and returned a result.
+    Success,
+    /// It did not run, or failed.
+    Error,
+    /// Someone said no.
+    Rejected,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Success => "success",
+            Status::Error => "error",
+            Status::Rejected => "rejected",
+        }
+    }
+}
+
+/// The response to one call: what `call` prints and `exec` wraps.
+#[derive(Debug, Clone)]
+pub struct CallResponse {
+    /// How it ended.
+    pub status: Status,
+    /// The requested tool name.
+    pub tool: String,
+    /// The call's id (also in the audit record).
+    pub call_id: String,
+    /// The shaped result, on success.
+    pub result: Option<Value>,
+    /// Whether anything was cut.
+    pub truncated: bool,
+    /// The error, on error (and `REJECTED` on rejection).
+    pub error: Option<CallError>,
+    /// Why it was rejected.
+    pub reason: Option<String>,
+    /// Wall time of the whole call.
+    pub duration_ms: f64,
+}
+
+impl CallResponse {
+    /// The result document of DESIGN's contract, with stable keys.
+    pub fn to_json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("status".into(), json!(self.status.as_str()));
+        o.insert("tool".into(), json!(self.tool));
+        o.insert("call_id".into(), json!(self.call_id));
+        match self.status {
+            Status::Success => {
+                o.insert("result".into(), self.result.clone().unwrap_or(Value::Null));
+                o.insert("truncated".into(), json!(self.truncated));
+            }
+            Status::Error => {
+                if let Some(e) = &self.error {
+                    o.insert(
+                        "error".into(),
+                        json!({"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()}),
+                    );
+                }
+            }
+            Status::Rejected => {
+                o.insert("reason".into(), json!(self.reason.clone().unwrap_or_default()));
+            }
+        }
+        o.insert("duration_ms".into(), json!((self.duration_ms * 1000.0).round() / 1000.0));
+        Value::Object(o)
+    }
+
+    /// The exit code of `call` for this response.
+    pub fn exit_code(&self) -> u8 {
+        match (&self.status, &self.error) {
+            (Status::Success, _) => 0,
+            (Status::Rejected, _) => ErrorCode::Rejected.exit_code(),
+            (Status::Error, Some(e)) => e.code.exit_code(),
+            (Status::Error, None) => ErrorCode::Internal.exit_code(),
+        }
+    }
+}
+
+/// Runs calls under one policy, for one session.
+#[derive(Debug)]
+pub struct Executor {
+    policy: Policy,
+    catalog: Catalog,
+    runtime: ComponentRuntime,
+    approver: Approver,
+    audit: AuditLog,
+    session: String,
+}
+
+/// What the pipeline learnt about a call, for its audit record.
+struct Trace {
+    tier: Option<Tier>,
+    rule: Option<String>,
+    decision: Decision,
+    approved_by: Option<ApprovedBy>,
+    sandbox: Option<SandboxReport>,
+    usage: Option<crate::runtime::Usage>,
+}
+
+fn random_id(prefix: &str) -> String {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        b = (nanos as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    format!("{prefix}-{}", hex::encode(b))
+}
+
+impl Executor {
+    /// An executor for `policy`: loads its plugins (compiled components cached in
+    /// `cache_dir`), answering approvals with `approver` and recording to `audit`.
+    pub fn new(
+        policy: Policy,
+        approver: Approver,
+        audit: AuditLog,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Executor, CallError> {
+        let runtime = ComponentRuntime::new(cache_dir)?;
+        let catalog = Catalog::build(&policy, &runtime);
+        Ok(Executor { policy, catalog, runtime, approver, audit, session: random_id("s") })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The catalog of tools.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The session id.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Runs one call through the whole pipeline. Never panics on bad input; every
+    /// outcome is a response, and every response has an audit record.
+    pub fn call(&self, call: ToolCall) -> CallResponse {
+        let started = Instant::now();
+        let ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        let call_id = random_id("c");
+        let args_bytes = serde_json::to_vec(&call.args).unwrap_or_default();
+        let args_sha256 = hex::encode(Sha256::digest(&args_bytes));
+        let mut trace =
+            Trace { tier: None, rule: None, decision: Decision::None, approved_by: None, sandbox: None, usage: None };
+
+        let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace);
+
+        let mut response = CallResponse {
+            status: Status::Success,
+            tool: call.tool.clone(),
+            call_id,
+            result: None,
+            truncated: false,
+            error: None,
+            reason: None,
+            duration_ms: 0.0,
+        };
+        match outcome {
+            Ok((value, truncated)) => {
+                response.result = Some(value);
+                response.truncated = truncated;
+            }
+            Err(e) if e.code == ErrorCode::Rejected => {
+                response.status = Status::Rejected;
+                response.reason = Some(e.message.clone());
+            }
+            Err(e) => {
+                response.status = Status::Error;
+                response.error = Some(CallError::new(e.code, shape::sanitize_str(&e.message)));
+            }
+        }
+        response.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+
+        let record = Record {
+            ts,
+            call_id: response.call_id.clone(),
+            session: self.session.clone(),
+            tool: call.tool.chars().take(256).collect(),
+            args_sha256,
+            args: crate::audit::redact(&call.args),
+            tier: trace.tier,
+            rule: trace.rule,
+            decision: trace.decision,
+            approved_by: trace.approved_by,
+            status: response.status.as_str(),
+            error_code: response.error.as_ref().map(|e| e.code.as_str()),
+            duration_ms: response.duration_ms,
+            usage: trace.usage,
+            sandbox: trace.sandbox,
+        };
+        if let Err(e) = self.audit.append(&record) {
+            response.status = Status::Error;
+            response.result = None;
+            response.truncated = false;
+            response.error = Some(CallError::new(
+                ErrorCode::Internal,
+                format!(
+                    "cannot write the audit record to {}: {e}; the result is withheld (fix the log or pass --audit-log)",
+                    self.audit.path().display()
+                ),
+            ));
+        }
+        response
+    }
+
+    fn pipeline(
+        &self,
+        call: &ToolCall,
+        args_len: usize,
+        args_sha256: &str,
+        trace: &mut Trace,
+    ) -> Result<(Value, bool), CallError> {
+        // Resolve.
+        let entry: &Entry = self.catalog.resolve(&call.tool)?;
+        let spec = &entry.spec;
+        let name = spec.name.as_str();
+
+        // Validate.
+        if let Some(why) = &call.input_error {
+            return Err(CallError::new(ErrorCode::InvalidArgs, format!("{name}: {why}")));
+        }
+        if !call.args.is_object() {
+            return Err(CallError::new(ErrorCode::InvalidArgs, format!("{name}: arguments must be a JSON object")));
+        }
+        if args_len > MAX_ARGS_BYTES {
+            return Err(CallError::new(
+                ErrorCode::InvalidArgs,
+                format!("{name}: arguments are {args_len} bytes, more than the {MAX_ARGS_BYTES} accepted"),
+            ));
+        }
+        // Decide before touching the tool: a denied tool is denied even when unavailable.
+        let (tier, rule) = spec.decide(&call.args);
+        trace.tier = Some(tier);
+        trace.rule = rule.map(|r| r.location.clone());
+        if tier == Tier::Deny {
+            trace.decision = Decision::Denied;
+            let why = match rule {
+                Some(r) => format!(
+                    "{name}: denied by the rule at {}{}",
+                    r.location,
+                    r.reason.as_ref().map(|s| format!(": {s}")).unwrap_or_default()
+                ),
+                None => format!("{name}: the policy sets tier = \"deny\" ({})", spec.location),
+            };
+            return Err(CallError::new(ErrorCode::Denied, why));
+        }
+        let ready: &ReadyTool = entry.state.as_ref().map_err(Clone::clone)?;
+        let violations = ready.violations(&call.args);
+        if !violations.is_empty() {
+            trace.decision = Decision::None;
+            return Err(CallError::new(
+                ErrorCode::InvalidArgs,
+                format!("{name}: {} invalid argument(s): {}", violations.len(), violations.join("; ")),
+            ));
+        }
+        self.check_paths(name, ready, &call.args)?;
+
+        // Approve.
+        trace.approved_by = Some(ApprovedBy::Auto);
+        if matches!(tier, Tier::Ask | Tier::Confirm) {
+            let builtin_fs =
+                self.policy.plugins.get(&spec.plugin).is_some_and(|p| p.source == PluginSource::Builtin("fs".into()));
+            let preview = if builtin_fs {
+                approval::preview::for_fs_tool(name, &call.args, &self.policy.workspace)
+            } else {
+                String::new()
+            };
+            let location = rule.map_or(spec.location.as_str(), |r| r.location.as_str());
+            let request = approval::Request { tool: name, tier, args: &call.args, args_sha256, preview, location };
+            match self.approver.approve(&request) {
+                Verdict::Approved(by) => trace.approved_by = Some(by),
+                Verdict::Rejected(why) => {
+                    trace.approved_by = Some(ApprovedBy::Prompt);
+                    trace.decision = Decision::Rejected;
+                    return Err(CallError::new(ErrorCode::Rejected, why));
+                }
+                Verdict::Required(why) => {
+                    trace.approved_by = None;
+                    trace.decision = Decision::ApprovalRequired;
+                    return Err(CallError::new(ErrorCode::ApprovalRequired, why));
+                }
+            }
+        }
+        trace.decision = Decision::Allowed;
+
+        // Run.
+        let (walls, _tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
+        trace.sandbox = Some(ComponentRuntime::report(&walls));
+        let args_text = call.args.to_string();
+        let RunOutput { value, usage } = self.runtime.call(&ready.plugin, name, args_text, &walls)?;
+        let streams_truncated = usage.truncated;
+        trace.usage = Some(usage);
+
+        // Shape.
+        let max = usize::try_from(spec.limits.max_output).unwrap_or(usize::MAX);
+        let (value, cut) = shape::truncate(shape::sanitize(value), max);
+        if let Some(u) = trace.usage.as_mut() {
+            u.truncated |= cut;
+        }
+        Ok((value, cut || streams_truncated))
+    }
+
+    /// Refuses path arguments that fall outside every directory the tool is granted,
+    /// before anything runs (the sandbox would refuse them too).
+    fn check_paths(&self, name: &str, ready: &ReadyTool, args: &Value) -> Result<(), CallError> {
+        let spec = self.catalog.resolve(name)?;
+        let fixed: Vec<&Path> = spec
+            .spec
+            .grants
+            .paths
+            .iter()
+            .filter_map(|g| match &g.path {
+                GrantPath::Fixed(p) => Some(p.as_path()),
+                GrantPath::Tmp(_) => None,
+            })
+            .collect();
+        for key in &ready.path_args {
+            let Some(raw) = args.get(key).and_then(Value::as_str) else { continue };
+            let normal = normalize(&self.policy.workspace, raw);
+            let inside = normal.as_ref().is_some_and(|p| fixed.iter().any(|root| p.starts_with(root)));
+            if !inside {
+                let granted: Vec<String> = fixed.iter().map(|p| p.display().to_string()).collect();
+                return Err(CallError::new(
+                    ErrorCode::InvalidPath,
+                    format!(
+                        "{name}: `{key}` = {raw:?} is outside the directories granted to this tool ({}); \
+                         paths are relative to the workspace {}",
+                        if granted.is_empty() { "none".to_string() } else { granted.join(", ") },
+                        self.policy.workspace.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Joins `raw` to `base` and removes `.` and `..` lexically; `None` if it climbs above `/`.
+fn normalize(base: &Path, raw: &str) -> Option<PathBuf> {
+    let p = Path::new(raw);
+    let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(s) => out.push(s),
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn normalize_resolves_dots_lexically() {
+        let ws = Path::new("/w/s");
+        assert_eq!(normalize(ws, "a/../b"), Some(PathBuf::from("/w/s/b")));
+        assert_eq!(normalize(ws, "../x"), Some(PathBuf::from("/w/x")));
+        assert_eq!(normalize(ws, "/etc/passwd"), Some(PathBuf::from("/etc/passwd")));
+        assert_eq!(normalize(ws, "../../../.."), None);
+    }
+}

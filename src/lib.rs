@@ -1,0 +1,36 @@
+//! warden: a security-first executor for the tools that LLM agents call.
+//!
+//! A call goes in; it is resolved, validated, decided under a declarative
+//! policy, approved where the policy asks, run inside a sandbox whose walls come
+//! from that policy, and a bounded result plus a durable, hash-chained audit
+//! record come out.
+//!
+//! # Layout
+//!
+//! Read the file names to follow a call:
+//!
+//! * [`policy`]: the policy file: loading, checking, the tier decision.
+//! * [`catalog`]: the tools that exist under the policy; name resolution.
+//! * [`executor`]: the pipeline that takes one call from request to response.
+//! * [`approval`]: who says yes to `ask` and `confirm` calls, and the preview.
+//! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components.
+//! * [`shape`]: result sanitising and type-aware truncation.
+//! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
+//! * [`cli`]: the `warden` command line.
+//! * [`error`]: the stable error codes and their exit codes.
+
+#![deny(unsafe_code)]
+
+pub mod approval;
+pub mod audit;
+pub mod catalog;
+pub mod cli;
+pub mod error;
+pub mod executor;
+pub mod policy;
+pub mod runtime;
+pub mod shape;
+
+pub use error::{CallError, ErrorCode};
+pub use executor::{CallResponse, Executor, Status, ToolCall};
+pub use policy::{Policy, Tier};

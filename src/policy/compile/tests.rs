@@ -1,0 +1,132 @@
+use std::path::Path;
+
+use super::*;
+use crate::policy::{DEFAULT_POLICY, SandboxMode};
+
+fn ctx() -> Context {
+    Context { workspace: "/ws".into(), home: "/home/u".into(), cache: "/home/u/.cache".into() }
+}
+
+fn load(text: &str) -> Result<Policy, PolicyError> {
+    compile(text, "p.toml", Path::new("/etc/warden"), &ctx())
+}
+
+fn first_problem(text: &str) -> Problem {
+    match load(text) {
+        Ok(_) => panic!("expected the policy to be rejected"),
+        Err(e) => e.problems[0].clone(),
+    }
+}
+
+const HEAD: &str = "version = 1\n[plugins.fs]\nsource = \"builtin:fs\"\n";
+
+#[test]
+fn the_default_policy_loads() {
+    let p = compile(DEFAULT_POLICY, "default", Path::new("."), &ctx()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.mode, SandboxMode::Enforce);
+    assert_eq!(p.tools["read_file"].tier, Tier::Auto);
+    assert_eq!(p.tools["delete_file"].tier, Tier::Confirm);
+    assert_eq!(
+        p.tools["write_file"].grants.paths,
+        vec![PathGrant { path: GrantPath::Fixed("/ws".into()), write: true }]
+    );
+}
+
+#[test]
+fn the_shipped_policies_load() {
+    for file in ["default.toml", "strict.toml", "ci.toml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies").join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        compile(&text, file, Path::new("."), &ctx()).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn unknown_keys_are_named_with_line_and_column() {
+    let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\nfs.raed = [\"{{workspace}}\"]\n"));
+    assert_eq!((p.line, p.column), (6, 4));
+    assert!(p.message.contains("raed"), "{}", p.message);
+}
+
+#[test]
+fn bad_durations_and_sizes_are_rejected_at_their_value() {
+    let p = first_problem("version = 1\n[defaults]\ntimeout = \"soon\"\n");
+    assert_eq!(p.line, 3);
+    assert!(p.message.contains("bad duration"), "{}", p.message);
+    let p = first_problem("version = 1\n[defaults]\nmemory = \"12 parsecs\"\n");
+    assert!(p.message.contains("bad size"), "{}", p.message);
+}
+
+#[test]
+fn undeclared_plugins_are_named() {
+    let p = first_problem("version = 1\n[tools.x]\nplugin = \"nope\"\n");
+    assert_eq!((p.line, p.column), (3, 10));
+    assert!(p.message.contains("[plugins.nope]"), "{}", p.message);
+}
+
+#[test]
+fn unknown_placeholders_are_rejected() {
+    let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\nfs.read = [\"{{wrkspace}}\"]\n"));
+    assert_eq!(p.line, 6);
+    assert!(p.message.contains("unknown placeholder {wrkspace}"), "{}", p.message);
+}
+
+#[test]
+fn plugins_that_are_not_builtin_need_a_pin() {
+    let p = first_problem("version = 1\n[plugins.w]\nsource = \"w.wasm\"\n");
+    assert!(p.message.contains("missing sha256"), "{}", p.message);
+    let ok = load(&format!("version = 1\n[plugins.w]\nsource = \"w.wasm\"\nsha256 = \"{}\"\n", "a".repeat(64)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok.plugins["w"].source, PluginSource::File("/etc/warden/w.wasm".into()));
+}
+
+#[test]
+fn bad_regexes_are_rejected() {
+    let p = first_problem(&format!(
+        "{HEAD}[tools.grep]\nplugin = \"fs\"\n[[tools.grep.rule]]\nwhen = {{ pattern = \"(\" }}\ntier = \"deny\"\n"
+    ));
+    assert_eq!(p.line, 7);
+    assert!(p.message.contains("does not compile"), "{}", p.message);
+}
+
+#[test]
+fn exec_tools_are_refused_until_process_tools_exist() {
+    let p = first_problem("version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\n");
+    assert!(p.message.contains("not supported yet"), "{}", p.message);
+}
+
+#[test]
+fn process_only_limits_are_refused_on_components() {
+    let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nlimits = {{ processes = 4 }}\n"));
+    assert!(p.message.contains("limits.processes applies only to process tools"), "{}", p.message);
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let e =
+        load("version = 2\n[tools.a]\nplugin = \"x\"\n[tools.b]\nplugin = \"y\"\n").err().unwrap_or_else(|| panic!());
+    assert_eq!(e.problems.len(), 3);
+}
+
+#[test]
+fn network_grants_name_one_host_and_port() {
+    for bad in ["*:443", "example.com", "example.com:0", "0.0.0.0:80", "h:99999"] {
+        let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nnet.connect = [\"{bad}\"]\n"));
+        assert!(p.message.contains("net.connect"), "{bad}: {}", p.message);
+    }
+}
+
+#[test]
+fn strictest_matching_rule_wins_and_auto_rules_can_relax() {
+    let p = load(&format!(
+        "{HEAD}[tools.grep]\nplugin = \"fs\"\ntier = \"confirm\"\n\
+         [[tools.grep.rule]]\nwhen = {{ pattern = '^a' }}\ntier = \"auto\"\n\
+         [[tools.grep.rule]]\nwhen = {{ pattern = 'secret' }}\ntier = \"deny\"\n"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t = &p.tools["grep"];
+    assert_eq!(t.decide(&serde_json::json!({"pattern": "abc"})).0, Tier::Auto);
+    assert_eq!(t.decide(&serde_json::json!({"pattern": "a secret"})).0, Tier::Deny);
+    assert_eq!(t.decide(&serde_json::json!({"pattern": "zzz"})).0, Tier::Confirm);
+    assert_eq!(t.decide(&serde_json::json!({"pattern": 5})).0, Tier::Confirm);
+}

@@ -1,0 +1,343 @@
+//! The policy: which tools exist, who must approve them, and the walls of each
+//! tool's sandbox.
+//!
+//! Input is trusted-but-fallible TOML written by the operator. Loading is two
+//! steps: [`schema`] deserialises the text (unknown keys, bad sizes and bad
+//! durations fail here with their span), then [`compile`] checks what a type
+//! cannot (declared plugins, placeholders, regexes, runtime-specific keys) and
+//! builds an immutable [`Policy`]. Every key is either enforced by a runtime or
+//! rejected with `file:line:column`: nothing is parsed and then ignored.
+
+#![forbid(unsafe_code)]
+
+mod compile;
+mod schema;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+pub use compile::Context;
+
+/// The policy compiled into warden, used when no `--policy` is given and no
+/// `./warden.toml` exists.
+pub const DEFAULT_POLICY: &str = include_str!("../../policies/default.toml");
+/// The name the embedded default policy goes by in messages.
+pub const DEFAULT_POLICY_NAME: &str = "<embedded policies/default.toml>";
+
+/// Default wall-clock limit of a call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on the serialised result of a call.
+pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 10;
+/// Default memory limit of a call.
+pub const DEFAULT_MEMORY: u64 = 256 << 20;
+/// The most memory a component can address (wasm32).
+pub const MAX_COMPONENT_MEMORY: u64 = 4 << 30;
+
+/// How much a call needs a person's say-so. Ordered from least to most strict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Runs without asking.
+    Auto,
+    /// Asks once; may be granted for the rest of the session.
+    Ask,
+    /// Asks every time, with a preview.
+    Confirm,
+    /// Never runs, and is hidden from listings.
+    Deny,
+}
+
+impl Tier {
+    /// The policy spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Auto => "auto",
+            Tier::Ask => "ask",
+            Tier::Confirm => "confirm",
+            Tier::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to do when the kernel lacks a sandbox layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Refuse to run what cannot be fully confined.
+    #[default]
+    Enforce,
+    /// Run with what exists, and say what was enforced.
+    BestEffort,
+}
+
+/// A loaded, checked policy. Immutable once built.
+#[derive(Debug)]
+pub struct Policy {
+    /// Where it came from: a file path or [`DEFAULT_POLICY_NAME`].
+    pub origin: String,
+    /// The workspace the placeholders were expanded against.
+    pub workspace: PathBuf,
+    /// `[sandbox] mode`.
+    pub mode: SandboxMode,
+    /// `[plugins.*]` by name.
+    pub plugins: BTreeMap<String, PluginSpec>,
+    /// `[tools.*]` by name (sorted, as every listing is).
+    pub tools: BTreeMap<String, ToolSpec>,
+}
+
+/// Where a plugin's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginSource {
+    /// Compiled into warden (`builtin:NAME`).
+    Builtin(String),
+    /// A `.wasm` file, resolved against the policy file's directory.
+    File(PathBuf),
+}
+
+/// `[plugins.NAME]`, checked.
+#[derive(Debug, Clone)]
+pub struct PluginSpec {
+    /// The plugin's name in the policy.
+    pub name: String,
+    /// Where the component is.
+    pub source: PluginSource,
+    /// The pinned sha256 (lowercase hex); required for files.
+    pub sha256: Option<String>,
+    /// `file:line:column` of the table, for messages.
+    pub location: String,
+}
+
+/// One directory a tool may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathGrant {
+    /// Where.
+    pub path: GrantPath,
+    /// Write (and so read) access; otherwise read-only.
+    pub write: bool,
+}
+
+/// A granted path: fixed at load time, or under the per-call `{tmp}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrantPath {
+    /// An absolute path.
+    Fixed(PathBuf),
+    /// `{tmp}` followed by this relative path (often empty).
+    Tmp(PathBuf),
+}
+
+impl fmt::Display for GrantPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GrantPath::Fixed(p) => write!(f, "{}", p.display()),
+            GrantPath::Tmp(rel) if rel.as_os_str().is_empty() => f.write_str("{tmp}"),
+            GrantPath::Tmp(rel) => write!(f, "{{tmp}}/{}", rel.display()),
+        }
+    }
+}
+
+/// `host:port` a tool may connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetGrant {
+    /// A host name or IP address.
+    pub host: String,
+    /// The TCP port.
+    pub port: u16,
+}
+
+impl fmt::Display for NetGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// What a tool's sandbox lets it reach. Nothing else is reachable.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// Directories, read-only or read-write.
+    pub paths: Vec<PathGrant>,
+    /// TCP destinations.
+    pub net: Vec<NetGrant>,
+    /// Host environment variables passed through by name.
+    pub env_pass: Vec<String>,
+    /// Environment variables set to a value (placeholders `{tmp}` expanded per call).
+    pub env_set: BTreeMap<String, String>,
+}
+
+impl Grants {
+    /// Whether the tool may change anything outside itself.
+    pub fn writes(&self) -> bool {
+        self.paths.iter().any(|p| p.write)
+    }
+}
+
+/// The limits of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall clock.
+    pub timeout: Duration,
+    /// Linear memory (components) in bytes.
+    pub memory: u64,
+    /// Serialised result, and each captured output stream, in bytes.
+    pub max_output: u64,
+}
+
+/// Which argument a rule looks at.
+#[derive(Debug, Clone)]
+pub enum ArgSelector {
+    /// A top-level argument by name.
+    Name(String),
+    /// A JSON pointer into the arguments (starts with `/`).
+    Pointer(String),
+}
+
+impl ArgSelector {
+    /// The string value selected from `args`, if it is a string.
+    pub fn select<'a>(&self, args: &'a serde_json::Value) -> Option<&'a str> {
+        match self {
+            ArgSelector::Name(n) => args.get(n),
+            ArgSelector::Pointer(p) => args.pointer(p),
+        }
+        .and_then(serde_json::Value::as_str)
+    }
+}
+
+/// `[[tools.NAME.rule]]`, checked.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Every selector's value must match its regex.
+    pub when: Vec<(ArgSelector, Regex)>,
+    /// The tier this rule sets when it matches.
+    pub tier: Tier,
+    /// Why, shown in denials.
+    pub reason: Option<String>,
+    /// `file:line:column` of the rule, named in decisions.
+    pub location: String,
+}
+
+/// `[tools.NAME]`, checked.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// The plugin that runs it.
+    pub plugin: String,
+    /// Overrides the plugin's description.
+    pub description: Option<String>,
+    /// The base tier.
+    pub tier: Tier,
+    /// What its sandbox lets it reach.
+    pub grants: Grants,
+    /// Its limits.
+    pub limits: Limits,
+    /// Its rules, in file order.
+    pub rules: Vec<Rule>,
+    /// `file:line:column` of its table.
+    pub location: String,
+}
+
+/// A policy that could not be loaded: each problem with its place in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// Every problem found, in file order.
+    pub problems: Vec<Problem>,
+}
+
+/// One problem in a policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file (or [`DEFAULT_POLICY_NAME`]).
+    pub file: String,
+    /// 1-based line, 0 when unknown.
+    pub line: usize,
+    /// 1-based column, 0 when unknown.
+    pub column: usize,
+    /// What is wrong and what to change.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "invalid policy: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+impl Policy {
+    /// Loads and checks the policy file at `path`.
+    pub fn load(path: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+            problems: vec![Problem {
+                file: origin.clone(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read the policy file: {e}"),
+            }],
+        })?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        compile::compile(&text, &origin, &dir, ctx)
+    }
+
+    /// Checks policy text; `origin` names it in messages and `dir` anchors relative plugin paths.
+    pub fn from_text(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
+        compile::compile(text, origin, dir, ctx)
+    }
+
+    /// The embedded default policy.
+    pub fn embedded_default(ctx: &Context) -> Result<Policy, PolicyError> {
+        compile::compile(DEFAULT_POLICY, DEFAULT_POLICY_NAME, Path::new("."), ctx)
+    }
+}
+
+impl ToolSpec {
+    /// The tier for a call with `args`, and the rule that set it (if any).
+    ///
+    /// Matching rules decide and the strictest of them wins
+    /// (`deny` > `confirm` > `ask` > `auto`); with no matching rule, the base tier stands.
+    pub fn decide(&self, args: &serde_json::Value) -> (Tier, Option<&Rule>) {
+        let mut best: Option<&Rule> = None;
+        for rule in &self.rules {
+            let matches = rule.when.iter().all(|(sel, re)| sel.select(args).is_some_and(|v| re.is_match(v)));
+            if matches && best.is_none_or(|b| rule.tier > b.tier) {
+                best = Some(rule);
+            }
+        }
+        match best {
+            Some(rule) => (rule.tier, Some(rule)),
+            None => (self.tier, None),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The policy file as written: every table and key the loader accepts, with
+//! the source span of each value that a later check may need to point at.
+//!
+//! Every struct denies unknown fields, so a misspelt key is an error at its
+//! own line and column rather than a silently ignored grant.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::Tier;
+use super::units::{PolicyDuration, PolicySize};
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    pub(crate) version: Spanned<i64>,
+    #[serde(default)]
+    pub(crate) defaults: RawDefaults,
+    #[serde(default)]
+    pub(crate) sandbox: RawSandbox,
+    #[serde(default)]
+    pub(crate) plugins: BTreeMap<String, Spanned<RawPlugin>>,
+    #[serde(default)]
+    pub(crate) tools: BTreeMap<Spanned<String>, Spanned<RawTool>>,
+}
+
+/// `[defaults]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    pub(crate) tier: Option<Tier>,
+    pub(crate) timeout: Option<PolicyDuration>,
+    pub(crate) max_output: Option<PolicySize>,
+    pub(crate) memory: Option<PolicySize>,
+}
+
+/// `[sandbox]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSandbox {
+    pub(crate) mode: Option<super::SandboxMode>,
+}
+
+/// `[plugins.NAME]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPlugin {
+    pub(crate) source: Spanned<String>,
+    pub(crate) sha256: Option<Spanned<String>>,
+}
+
+/// `[tools.NAME]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTool {
+    pub(crate) plugin: Option<Spanned<String>>,
+    pub(crate) exec: Option<Spanned<Vec<String>>>,
+    pub(crate) description: Option<String>,
+    pub(crate) tier: Option<Tier>,
+    #[serde(default)]
+    pub(crate) fs: RawFs,
+    #[serde(default)]
+    pub(crate) net: RawNet,
+    #[serde(default)]
+    pub(crate) env: RawEnv,
+    #[serde(default)]
+    pub(crate) limits: RawLimits,
+    #[serde(default)]
+    pub(crate) rule: Vec<Spanned<RawRule>>,
+}
+
+/// `fs.read` / `fs.write`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFs {
+    #[serde(default)]
+    pub(crate) read: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) write: Vec<Spanned<String>>,
+}
+
+/// `net.connect`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNet {
+    #[serde(default)]
+    pub(crate) connect: Vec<Spanned<String>>,
+}
+
+/// `env.pass` / `env.set`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEnv {
+    #[serde(default)]
+    pub(crate) pass: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) set: BTreeMap<String, Spanned<String>>,
+}
+
+/// `limits = { … }`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub(crate) memory: Option<PolicySize>,
+    pub(crate) timeout: Option<PolicyDuration>,
+    pub(crate) max_output: Option<PolicySize>,
+    pub(crate) cpu: Option<Spanned<PolicyDuration>>,
+    pub(crate) processes: Option<Spanned<u32>>,
+    pub(crate) open_files: Option<Spanned<u32>>,
+    pub(crate) file_size: Option<Spanned<PolicySize>>,
+}
+
+/// `[[tools.NAME.rule]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub(crate) when: BTreeMap<String, Spanned<String>>,
+    pub(crate) tier: Tier,
+    pub(crate) reason: Option<String>,
+}

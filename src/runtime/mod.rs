@@ -1,0 +1,144 @@
+//! The runtimes that run a tool inside its sandbox, and the walls they share.
+//!
+//! [`Walls`] is what one call may reach, resolved from the tool's policy entry
+//! (placeholders expanded, the per-call `{tmp}` created). A runtime turns it into
+//! real confinement: wasmtime preopens and socket checks for components.
+//! Nothing here decides whether a call may run; the executor did that already.
+
+pub mod wasm;
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{GrantPath, Limits, NetGrant, ToolSpec};
+
+/// What a call used.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Usage {
+    /// CPU time of the thread or process that ran it.
+    pub cpu_ms: f64,
+    /// Peak memory in KiB (for components: peak linear memory).
+    pub max_rss_kb: u64,
+    /// Bytes of output the tool produced (result plus captured streams).
+    pub output_bytes: u64,
+    /// Whether anything it produced was cut at a limit.
+    pub truncated: bool,
+}
+
+/// The sandbox layers a call ran under, as recorded in results and the audit log.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxReport {
+    /// `component` (or `process`).
+    pub runtime: &'static str,
+    /// Landlock ABI in force (processes only).
+    pub landlock_abi: Option<u32>,
+    /// Whether a seccomp filter was installed (processes only).
+    pub seccomp: bool,
+    /// Whether rlimits were applied (processes only).
+    pub rlimits: bool,
+    /// The uid the tool ran as.
+    pub uid: Option<u32>,
+    /// The directories the call could reach: `path (ro|rw)`.
+    pub dirs: Vec<String>,
+    /// The TCP destinations it could reach.
+    pub net: Vec<String>,
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// The result document.
+    pub value: serde_json::Value,
+    /// What it used.
+    pub usage: Usage,
+}
+
+/// Everything one call may reach: directories, environment, network and limits.
+#[derive(Debug, Clone)]
+pub struct Walls {
+    /// Directories that exist, with write access or not.
+    pub dirs: Vec<(PathBuf, bool)>,
+    /// The whole environment the tool sees.
+    pub env: Vec<(String, String)>,
+    /// TCP destinations.
+    pub net: Vec<NetGrant>,
+    /// Limits.
+    pub limits: Limits,
+    /// The workspace (relative paths are joined to it).
+    pub workspace: PathBuf,
+}
+
+impl Walls {
+    /// Resolves a tool's grants for one call; `tmp` is created when the grants mention it.
+    pub fn for_tool(tool: &ToolSpec, workspace: &Path) -> Result<(Walls, Option<CallTmp>), CallError> {
+        let g = &tool.grants;
+        let needs_tmp = g.paths.iter().any(|p| matches!(p.path, GrantPath::Tmp(_)))
+            || g.env_set.values().any(|v| v.contains("{tmp}"));
+        let tmp = if needs_tmp { Some(CallTmp::create()?) } else { None };
+        let mut dirs = Vec::new();
+        for grant in &g.paths {
+            let path = match (&grant.path, &tmp) {
+                (GrantPath::Fixed(p), _) => p.clone(),
+                (GrantPath::Tmp(rel), Some(t)) => {
+                    let p = t.path.join(rel);
+                    fs::create_dir_all(&p).map_err(|e| {
+                        CallError::new(ErrorCode::Internal, format!("cannot create {}: {e}", p.display()))
+                    })?;
+                    p
+                }
+                (GrantPath::Tmp(_), None) => continue,
+            };
+            if path.is_dir() {
+                dirs.push((path, grant.write));
+            } else {
+                tracing::debug!(tool = %tool.name, "grant {} does not exist as a directory: nothing to open", path.display());
+            }
+        }
+        let mut env = Vec::new();
+        for name in &g.env_pass {
+            if let Ok(v) = std::env::var(name) {
+                env.push((name.clone(), v));
+            }
+        }
+        for (k, v) in &g.env_set {
+            let v = match &tmp {
+                Some(t) => v.replace("{tmp}", &t.path.to_string_lossy()),
+                None => v.clone(),
+            };
+            env.push((k.clone(), v));
+        }
+        let walls = Walls { dirs, env, net: g.net.clone(), limits: tool.limits, workspace: workspace.to_path_buf() };
+        Ok((walls, tmp))
+    }
+}
+
+/// The per-call private `{tmp}` directory, removed when dropped.
+#[derive(Debug)]
+pub struct CallTmp {
+    /// Its path.
+    pub path: PathBuf,
+}
+
+impl CallTmp {
+    fn create() -> Result<CallTmp, CallError> {
+        let mut rnd = [0u8; 8];
+        getrandom::fill(&mut rnd).map_err(|e| CallError::new(ErrorCode::Internal, format!("no randomness: {e}")))?;
+        let path = std::env::temp_dir().join(format!("warden-{}", hex::encode(rnd)));
+        fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
+            CallError::new(ErrorCode::Internal, format!("cannot create the call's {{tmp}} {}: {e}", path.display()))
+        })?;
+        Ok(CallTmp { path })
+    }
+}
+
+impl Drop for CallTmp {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            tracing::warn!("cannot remove {}: {e}", self.path.display());
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! The component runtime: wasmtime + wasmtime-wasi, one engine per process.
+//!
+//! Guest code is untrusted. Its authority is exactly the [`Walls`] of the call:
+//! one preopen per granted directory (read-only or read-write), an explicit
+//! environment, no arguments, no stdin, stdout and stderr captured into capped
+//! pipes, no sockets unless `net.connect` names the destination (checked per
+//! address), no name lookup unless a granted destination is a host name.
+//! Memory is capped by a [`ResourceLimiter`], time by an epoch deadline (a
+//! ticker thread advances the epoch every [`TICK`]) and by an outer wait.
+//!
+//! Configuration is in one place, [`engine_config`]; each call gets a fresh
+//! `Store` from a cached `InstancePre`.
+
+mod cache;
+mod pipe;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use self::cache::ComponentCache;
+use self::pipe::CappedPipe;
+use super::{RunOutput, SandboxReport, Usage, Walls};
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{MAX_COMPONENT_MEMORY, PluginSource, PluginSpec};
+
+mod bindings {
+    wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit" });
+}
+
+use bindings::exports::warden::plugin::tool::ToolError;
+use bindings::{Plugin, PluginPre};
+
+/// How often the epoch advances; deadlines are counted in ticks.
+pub const TICK: Duration = Duration::from_millis(10);
+/// The largest component file warden loads.
+pub const MAX_COMPONENT_FILE: u64 = 64 << 20;
+/// Extra wall time the outer wait allows past the epoch deadline.
+const OUTER_GRACE: Duration = Duration::from_secs(2);
+/// Limits for `describe()`, which runs once at load.
+const DESCRIBE_MEMORY: u64 = 64 << 20;
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most tables elements a call may grow to.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// The builtin `fs` component, built from `plugins/fs` by `build.rs`.
+static BUILTIN_FS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fs.wasm"));
+
+/// A tool as a plugin describes it.
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its JSON Schema, as text.
+    pub input_schema: String,
+}
+
+/// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
+pub struct LoadedPlugin {
+    /// The policy's name for it.
+    pub name: String,
+    /// sha256 of the component bytes.
+    pub sha256: String,
+    /// Its tools, from `describe()`.
+    pub tools: Vec<ToolDef>,
+    pre: PluginPre<HostState>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin").field("name", &self.name).field("sha256", &self.sha256).finish()
+    }
+}
+
+/// The per-store host state: the WASI context and the memory limiter.
+struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Caps linear memory and tables, and remembers whether it refused a growth.
+struct MemoryLimiter {
+    memory: usize,
+    peak: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory {
+            self.refused = true;
+            return Ok(false);
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > MAX_TABLE_ELEMENTS {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+    fn instances(&self) -> usize {
+        64
+    }
+    fn memories(&self) -> usize {
+        16
+    }
+    fn tables(&self) -> usize {
+        64
+    }
+}
+
+/// The engine's whole configuration.
+fn engine_config(pooling: bool) -> Config {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.memory_init_cow(true);
+    c.parallel_compilation(true);
+    c.max_wasm_stack(1 << 20);
+    if pooling {
+        let mut p = PoolingAllocationConfig::new();
+        p.total_component_instances(64);
+        p.total_core_instances(512);
+        p.total_memories(128);
+        p.total_tables(256);
+        p.max_memory_size(MAX_COMPONENT_MEMORY as usize);
+        p.max_unused_warm_slots(16);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
+    }
+    c
+}
+
+/// Runs component tools.
+pub struct ComponentRuntime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: ComponentCache,
+    loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
+}
+
+impl std::fmt::Debug for ComponentRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentRuntime").finish_non_exhaustive()
+    }
+}
+
+impl ComponentRuntime {
+    /// A runtime whose compiled components are cached in `cache_dir` (`None`: no cache).
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<ComponentRuntime, CallError> {
+        let engine = match Engine::new(&engine_config(true)) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!("pooling allocator unavailable ({e:#}); allocating instances on demand");
+                Engine::new(&engine_config(false)).map_err(|e| {
+                    CallError::new(ErrorCode::SandboxUnavailable, format!("cannot start wasmtime: {e:#}"))
+                })?
+            }
+        };
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("warden-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = ticker.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(TICK);
+                }
+            })
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start the epoch ticker: {e}")))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link WASI: {e:#}")))?;
+        let cache = ComponentCache::new(&engine, cache_dir);
+        Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default() })
+    }
+
+    /// Loads (or returns the already loaded) plugin: reads it, checks its pin,
+    /// compiles it (or takes it from the cache) and calls `describe()`.
+    pub fn load(&self, spec: &PluginSpec) -> Result<Arc<LoadedPlugin>, CallError> {
+        if let Some(p) = self.loaded.lock().unwrap_or_else(PoisonError::into_inner).get(&spec.name) {
+            return Ok(p.clone());
+        }
+        let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
+        let bytes: Vec<u8> = match &spec.source {
+            PluginSource::Builtin(name) if name == "fs" => BUILTIN_FS.to_vec(),
+            PluginSource::Builtin(name) => return Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
+            PluginSource::File(path) => {
+                let meta = std::fs::metadata(path)
+                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+                if meta.len() > MAX_COMPONENT_FILE {
+                    return Err(fail(
+                        ErrorCode::LimitExceeded,
+                        format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()),
+                    ));
+                }
+                std::fs::read(path)
+                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?
+            }
+        };
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        if let Some(pinned) = &spec.sha256 {
+            if *pinned != sha256 {
+                return Err(fail(
+                    ErrorCode::Denied,
+                    format!(
+                        "sha256 mismatch: the policy pins {pinned} but the file has {sha256}; \
+                         the plugin is not loaded (update sha256 only if you trust the new file)"
+                    ),
+                ));
+            }
+        }
+        let component = self
+            .cache
+            .load(&self.engine, &sha256, &bytes)
+            .map_err(|e| fail(ErrorCode::ExecutionFailed, format!("not a valid component: {e:#}")))?;
+        let pre =
+            self.linker.instantiate_pre(&component).and_then(PluginPre::new).map_err(|e| {
+                fail(ErrorCode::ExecutionFailed, format!("does not fit the warden:plugin world: {e:#}"))
+            })?;
+        let walls = Walls {
+            dirs: Vec::new(),
+            env: Vec::new(),
+            net: Vec::new(),
+            limits: crate::policy::Limits { timeout: DESCRIBE_TIMEOUT, memory: DESCRIBE_MEMORY, max_output: 1 << 20 },
+            workspace: PathBuf::from("/"),
+        };
+        let (mut store, _out, _err) = self.store(&walls)?;
+        let tools = pre
+            .instantiate(&mut store)
+            .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
+            .map_err(|e| fail(ErrorCode::ExecutionFailed, format!("describe() failed: {e:#}")))?
+            .into_iter()
+            .map(|t| ToolDef { name: t.name, description: t.description, input_schema: t.input_schema })
+            .collect();
+        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre });
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// A fresh store confined to `walls`, with its stdout and stderr pipes.
+    fn store(&self, walls: &Walls) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
+        let cap = usize::try_from(walls.limits.max_output).unwrap_or(usize::MAX);
+        let (out, err) = (CappedPipe::new(cap), CappedPipe::new(cap));
+        let mut b = WasiCtxBuilder::new();
+        // Must precede the preopens: each Dir captures it when opened.
+        b.allow_blocking_current_thread(true);
+        b.stdout(out.clone()).stderr(err.clone());
+        for (dir, write) in &walls.dirs {
+            let perms = if *write { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            let guest = dir.to_string_lossy();
+            b.preopened_dir(dir, &guest, perms).map_err(|e| {
+                CallError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!("cannot open granted directory {}: {e:#}", dir.display()),
+                )
+            })?;
+        }
+        let mut roots = String::new();
+        for (dir, _) in &walls.dirs {
+            roots.push_str(&dir.to_string_lossy());
+            roots.push('\n');
+        }
+        b.env("WARDEN_WORKSPACE", walls.workspace.to_string_lossy());
+        b.env("WARDEN_ROOTS", roots);
+        for (k, v) in &walls.env {
+            b.env(k, v);
+        }
+        b.allow_udp(false);
+        b.allow_tcp(!walls.net.is_empty());
+        if !walls.net.is_empty() {
+            let allowed = resolve_grants(walls)?;
+            b.allow_ip_name_lookup(walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()));
+            let allowed = Arc::new(allowed);
+            b.socket_addr_check(move |addr, usage| {
+                let ok = match usage {
+                    SocketAddrUse::TcpConnect => allowed.contains(&addr),
+                    // The implicit bind that precedes a connect: wildcard address, any port.
+                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                    _ => false,
+                };
+                Box::pin(async move { ok })
+            });
+        }
+        let memory = usize::try_from(walls.limits.memory).unwrap_or(usize::MAX);
+        let state = HostState {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { memory, peak: 0, refused: false },
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = walls.limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        Ok((store, out, err))
+    }
+
+    /// Runs `tool` of `plugin` with `args` (a JSON object as text) inside `walls`.
+    ///
+    /// The call runs on its own thread; if it has not finished by the timeout plus
+    /// a grace period (for example blocked in a host call), it is abandoned with
+    /// `TIMEOUT` and its epoch deadline ends it when it next runs guest code.
+    pub fn call(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        tool: &str,
+        args: String,
+        walls: &Walls,
+    ) -> Result<RunOutput, CallError> {
+        let (store, out, err) = self.store(walls)?;
+        let plugin = plugin.clone();
+        let tool_name = tool.to_string();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name(format!("warden-call-{tool}"))
+            .spawn(move || {
+                let _ = tx.send(run_in_store(store, &plugin, &tool_name, &args, out, err));
+            })
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start a call thread: {e}")))?;
+        let limit = walls.limits.timeout + OUTER_GRACE;
+        match rx.recv_timeout(limit) {
+            Ok(result) => result,
+            Err(_) => Err(CallError::new(
+                ErrorCode::Timeout,
+                format!("{tool}: did not finish within {:?} (limits.timeout)", walls.limits.timeout),
+            )),
+        }
+    }
+
+    /// What the component runtime enforces for these walls.
+    pub fn report(walls: &Walls) -> SandboxReport {
+        SandboxReport {
+            runtime: "component",
+            landlock_abi: None,
+            seccomp: false,
+            rlimits: false,
+            uid: None,
+            dirs: walls
+                .dirs
+                .iter()
+                .map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" }))
+                .collect(),
+            net: walls.net.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+}
+
+/// Resolves `net.connect` grants to the socket addresses the check admits.
+fn resolve_grants(walls: &Walls) -> Result<Vec<SocketAddr>, CallError> {
+    let mut out = Vec::new();
+    for g in &walls.net {
+        let addrs = (g.host.as_str(), g.port).to_socket_addrs().map_err(|e| {
+            CallError::new(ErrorCode::ExecutionFailed, format!("cannot resolve granted destination {g}: {e}"))
+        })?;
+        out.extend(addrs);
+    }
+    Ok(out)
+}
+
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map(Duration::from).unwrap_or_default()
+}
+
+fn run_in_store(
+    mut store: Store<HostState>,
+    plugin: &LoadedPlugin,
+    tool: &str,
+    args: &str,
+    out: CappedPipe,
+    err: CappedPipe,
+) -> Result<RunOutput, CallError> {
+    let cpu0 = thread_cpu();
+    let started = Instant::now();
+    let outcome = plugin
+        .pre
+        .instantiate(&mut store)
+        .and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut store, tool, args));
+    let cpu = thread_cpu().saturating_sub(cpu0);
+    let limiter = &store.data().limiter;
+    let (stdout, out_total) = out.contents();
+    let (stderr, err_total) = err.contents();
+    let streams_truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+    let stderr_tail = tail(&stderr);
+    let mut usage = Usage {
+        cpu_ms: cpu.as_secs_f64() * 1000.0,
+        max_rss_kb: (limiter.peak / 1024) as u64,
+        output_bytes: out_total + err_total,
+        truncated: streams_truncated,
+    };
+    match outcome {
+        Ok(Ok(text)) => {
+            usage.output_bytes += text.len() as u64;
+            let value = serde_json::from_str(&text).map_err(|e| {
+                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: the plugin returned invalid JSON: {e}"))
+            })?;
+            Ok(RunOutput { value, usage })
+        }
+        Ok(Err(e)) => Err(match e {
+            ToolError::InvalidArgs(m) => CallError::new(ErrorCode::InvalidArgs, format!("{tool}: {m}")),
+            ToolError::NotFound(m) => CallError::new(ErrorCode::FileNotFound, format!("{tool}: {m}")),
+            ToolError::PermissionDenied(m) => CallError::new(ErrorCode::PermissionDenied, format!("{tool}: {m}")),
+            ToolError::Failed(m) => CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {m}")),
+        }),
+        Err(e) => {
+            let trap = e.downcast_ref::<Trap>().copied();
+            let elapsed = started.elapsed();
+            Err(if trap == Some(Trap::Interrupt) {
+                CallError::new(
+                    ErrorCode::Timeout,
+                    format!("{tool}: stopped after {:.1}s (limits.timeout)", elapsed.as_secs_f64()),
+                )
+            } else if limiter.refused {
+                CallError::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "{tool}: memory limit of {} reached (limits.memory){stderr_tail}",
+                        crate::policy::units::format_size(limiter.memory as u64)
+                    ),
+                )
+            } else if trap == Some(Trap::StackOverflow) {
+                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: stack overflow"))
+            } else {
+                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: {e:#}{stderr_tail}"))
+            })
+        }
+    }
+}
+
+/// The last few lines of a component's stderr, for error messages.
+fn tail(stderr: &[u8]) -> String {
+    if stderr.is_empty() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(stderr);
+    let start = text.len().saturating_sub(1024);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    format!("; stderr: {}", text[start..].trim())
+}
