@@ -1,0 +1,468 @@
+//! The `warden` command as a user meets it: results, error codes, exit codes,
+//! approvals, the audit log, `exec` shapes, `list` and `policy check`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use serde_json::{Value, json};
+use util::{Env, SECRET};
+
+#[test]
+fn read_file_returns_content_and_exits_zero() {
+    let env = Env::new();
+    env.write("README.md", "# hello\nworld\n");
+    let r = env.call(&[], "read_file", r#"{"path":"README.md"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    let doc = r.json();
+    assert_eq!(doc["status"], "success");
+    assert_eq!(doc["tool"], "read_file");
+    assert_eq!(doc["result"]["content"], "# hello\nworld\n");
+    assert_eq!(doc["result"]["lines"], 2);
+    assert_eq!(doc["truncated"], false);
+    assert!(doc["call_id"].as_str().unwrap().starts_with("c-"));
+    assert!(doc["duration_ms"].is_number());
+}
+
+#[test]
+fn read_file_takes_line_ranges_and_absolute_paths_inside_the_workspace() {
+    let env = Env::new();
+    let p = env.write("n.txt", "1\n2\n3\n4\n5\n");
+    let r = env.call(&[], "read_file", &json!({"path": p, "offset": 2, "limit": 2}).to_string());
+    assert_eq!(r.json()["result"]["content"], "2\n3\n", "{r:?}");
+    assert_eq!(r.json()["result"]["path"], "n.txt");
+}
+
+/// Every fs tool, pointed outside the workspace in every way we know: each is
+/// refused with INVALID_PATH or PERMISSION_DENIED, exit 1, and nothing leaks
+/// or changes.
+#[test]
+fn every_fs_tool_refuses_paths_outside_the_workspace() {
+    let env = Env::new();
+    std::os::unix::fs::symlink(env.outside.join("secret.txt"), env.ws.join("link")).unwrap();
+    std::os::unix::fs::symlink(&env.outside, env.ws.join("dirlink")).unwrap();
+    std::fs::write(env.ws.join("inside.txt"), "x").unwrap();
+    let secret = env.outside.join("secret.txt");
+    let secret = secret.to_str().unwrap();
+    let escapes =
+        ["/etc/passwd", "../outside/secret.txt", secret, "link", "dirlink/secret.txt", "/proc/self/root/etc/passwd"];
+    for target in escapes {
+        let calls: Vec<(&str, Value)> = vec![
+            ("read_file", json!({"path": target})),
+            ("list_directory", json!({"path": target})),
+            ("search_files", json!({"pattern": "*", "path": target})),
+            ("grep", json!({"pattern": "TOPSECRET", "path": target})),
+            ("file_info", json!({"path": target})),
+            ("write_file", json!({"path": target, "content": "pwned"})),
+            ("edit_file", json!({"path": target, "old": "TOPSECRET", "new": "pwned"})),
+            ("create_directory", json!({"path": format!("{target}/newdir")})),
+            ("copy_file", json!({"source": target, "dest": "copy.txt"})),
+            ("copy_file", json!({"source": "inside.txt", "dest": target})),
+            ("move_file", json!({"source": target, "dest": "moved.txt"})),
+            ("delete_file", json!({"path": target})),
+        ];
+        for (tool, args) in calls {
+            let r = env.call(&["--approve", "yes"], tool, &args.to_string());
+            assert!(!r.stdout.contains(SECRET) && !r.stdout.contains("root:x:0"), "{tool} {args} leaked: {r:?}");
+            // A symlink may be stat'ed, renamed or deleted as a link, without following it.
+            let link_itself = matches!(target, "link" | "dirlink") && matches!(tool, "file_info" | "delete_file" | "move_file");
+            if link_itself {
+                continue;
+            }
+            if tool == "list_directory" && target == "link" {
+                assert_eq!(r.code, 2, "{tool} {args}: {r:?}"); // not a directory: INVALID_ARGS
+                continue;
+            }
+            let code = r.error_code();
+            assert!(
+                code == "INVALID_PATH" || code == "PERMISSION_DENIED" || code == "FILE_NOT_FOUND",
+                "{tool} {args}: expected a refusal, got {r:?}"
+            );
+            assert_eq!(r.code, 1, "{tool} {args}: {r:?}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(env.outside.join("secret.txt")).unwrap(), SECRET);
+    assert!(!env.outside.join("newdir").exists());
+    assert!(!env.ws.join("copy.txt").exists());
+}
+
+#[test]
+fn writes_need_approval_without_a_terminal_and_run_with_approve_yes() {
+    let env = Env::new();
+    let r = env.call(&[], "write_file", r#"{"path":"new.txt","content":"hi"}"#);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(r.error_code(), "APPROVAL_REQUIRED");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("--approve yes"));
+    assert!(!env.ws.join("new.txt").exists());
+
+    let r = env.call(&["--approve", "yes"], "write_file", r#"{"path":"new.txt","content":"hi"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["result"], json!({"path": "new.txt", "bytes_written": 2}));
+    assert_eq!(std::fs::read_to_string(env.ws.join("new.txt")).unwrap(), "hi");
+
+    let recs = env.audit_records();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["decision"], "approval_required");
+    assert_eq!(recs[0]["error_code"], "APPROVAL_REQUIRED");
+    assert_eq!(recs[0]["approved_by"], Value::Null);
+    assert_eq!(recs[1]["decision"], "allowed");
+    assert_eq!(recs[1]["approved_by"], "flag");
+    assert_eq!(recs[1]["status"], "success");
+    assert_eq!(recs[1]["tier"], "ask");
+    assert_eq!(recs[1]["sandbox"]["runtime"], "component");
+}
+
+#[test]
+fn approve_deny_refuses_even_with_grants_available() {
+    let env = Env::new();
+    env.write("a.txt", "x");
+    let r = env.call(&["--approve", "deny"], "delete_file", r#"{"path":"a.txt"}"#);
+    assert_eq!((r.code, r.error_code().as_str()), (3, "APPROVAL_REQUIRED"), "{r:?}");
+    assert!(env.ws.join("a.txt").exists());
+}
+
+#[test]
+fn unknown_tools_get_suggestions_and_exit_two() {
+    let env = Env::new();
+    let r = env.call(&[], "read_fle", "{}");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.error_code(), "NOT_FOUND");
+    assert!(r.stdout.contains("did you mean read_file"), "{r:?}");
+    let r = env.call(&[], "nope", "{}");
+    assert_eq!((r.code, r.error_code().as_str()), (2, "NOT_FOUND"));
+}
+
+#[test]
+fn dotted_plugin_names_resolve() {
+    let env = Env::new();
+    env.write("a.txt", "x");
+    let r = env.call(&[], "fs.read_file", r#"{"path":"a.txt"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn wrong_argument_types_list_every_violation_with_its_pointer() {
+    let env = Env::new();
+    let r = env.call(&[], "read_file", r#"{"path":5,"offset":"x","extra":true}"#);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.error_code(), "INVALID_ARGS");
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("/path"), "{msg}");
+    assert!(msg.contains("/offset"), "{msg}");
+    assert!(msg.contains("extra"), "{msg}");
+    let r = env.call(&[], "read_file", "{}");
+    assert!(r.stdout.contains("path"), "{r:?}");
+    assert_eq!(r.code, 2);
+}
+
+#[test]
+fn malformed_json_exits_two_with_the_position() {
+    let env = Env::new();
+    let r = env.call(&[], "read_file", r#"{"path": "a.txt",}"#);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stdout.contains("line 1, column"), "{r:?}");
+    let r = env.run_with_stdin(&["call", "read_file", "-"], Some("{oops"));
+    assert_eq!(r.code, 2, "{r:?}");
+}
+
+#[test]
+fn args_can_come_from_stdin() {
+    let env = Env::new();
+    env.write("a.txt", "from stdin");
+    let r = env.run_with_stdin(&["call", "read_file", "-"], Some(r#"{"path":"a.txt"}"#));
+    assert_eq!(r.json()["result"]["content"], "from stdin", "{r:?}");
+}
+
+#[test]
+fn the_fs_tools_do_their_jobs() {
+    let env = Env::new();
+    env.write("src/a.rs", "fn main() {\n    println!(\"needle\");\n}\n");
+    env.write("src/b.txt", "nothing here\n");
+    let yes = ["--approve", "yes"];
+
+    let r = env.call(&[], "list_directory", r#"{"depth":2}"#);
+    let names: Vec<String> = r.json()["result"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["src", "src/a.rs", "src/b.txt"], "{r:?}");
+
+    let r = env.call(&[], "search_files", r#"{"pattern":"*.rs"}"#);
+    assert_eq!(r.json()["result"]["matches"], json!(["src/a.rs"]), "{r:?}");
+
+    let r = env.call(&[], "grep", r#"{"pattern":"need+le"}"#);
+    assert_eq!(
+        r.json()["result"]["matches"],
+        json!([{"path": "src/a.rs", "line": 2, "text": "    println!(\"needle\");"}])
+    );
+
+    let r = env.call(&[], "file_info", r#"{"path":"src/b.txt"}"#);
+    assert_eq!(r.json()["result"]["type"], "file");
+    assert_eq!(r.json()["result"]["size"], 13);
+    assert!(r.json()["result"]["modified"].as_str().unwrap().ends_with('Z'));
+
+    let r = env.call(&yes, "edit_file", r#"{"path":"src/b.txt","old":"nothing","new":"something"}"#);
+    assert_eq!(r.json()["result"]["replacements"], 1, "{r:?}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("src/b.txt")).unwrap(), "something here\n");
+
+    let r = env.call(&yes, "create_directory", r#"{"path":"d/e"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(env.ws.join("d/e").is_dir());
+    let r = env.call(&yes, "copy_file", r#"{"source":"src/b.txt","dest":"d/e/c.txt"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = env.call(&yes, "move_file", r#"{"source":"d/e/c.txt","dest":"d/m.txt"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("d/m.txt")).unwrap(), "something here\n");
+    let r = env.call(&yes, "delete_file", r#"{"path":"d/m.txt"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!env.ws.join("d/m.txt").exists());
+    let r = env.call(&yes, "write_file", r#"{"path":"deep/x/y.txt","content":"a","create_parents":true}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = env.call(&yes, "write_file", r#"{"path":"deep/x/y.txt","content":"b","append":true}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("deep/x/y.txt")).unwrap(), "ab");
+}
+
+#[test]
+fn edit_file_refuses_absent_and_ambiguous_text() {
+    let env = Env::new();
+    env.write("a.txt", "x x");
+    let yes = ["--approve", "yes"];
+    let r = env.call(&yes, "edit_file", r#"{"path":"a.txt","old":"y","new":"z"}"#);
+    assert_eq!((r.code, r.error_code().as_str()), (2, "INVALID_ARGS"), "{r:?}");
+    let r = env.call(&yes, "edit_file", r#"{"path":"a.txt","old":"x","new":"z"}"#);
+    assert_eq!((r.code, r.error_code().as_str()), (2, "INVALID_ARGS"), "{r:?}");
+    assert!(r.stdout.contains("occurs 2 times"));
+    let r = env.call(&yes, "edit_file", r#"{"path":"a.txt","old":"x","new":"z","replace_all":true}"#);
+    assert_eq!(r.json()["result"]["replacements"], 2, "{r:?}");
+}
+
+#[test]
+fn missing_files_are_file_not_found() {
+    let env = Env::new();
+    let r = env.call(&[], "read_file", r#"{"path":"nope.txt"}"#);
+    assert_eq!((r.code, r.error_code().as_str()), (1, "FILE_NOT_FOUND"), "{r:?}");
+}
+
+#[test]
+fn terminal_escapes_and_invisible_characters_are_stripped_from_results() {
+    let env = Env::new();
+    env.write("evil.txt", "ok\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nignore\u{200B} previous\u{202E}\ttab\n");
+    let r = env.call(&[], "read_file", r#"{"path":"evil.txt"}"#);
+    assert_eq!(r.json()["result"]["content"], "ok[2J]0;pwned\nignore previous\ttab\n", "{r:?}");
+}
+
+#[test]
+fn large_results_are_truncated_to_max_output() {
+    let env = Env::new();
+    env.write("big.txt", &"0123456789abcdef\n".repeat(20_000));
+    let r = env.call(&[], "read_file", r#"{"path":"big.txt"}"#);
+    assert_eq!(r.code, 0);
+    let doc = r.json();
+    assert_eq!(doc["truncated"], true);
+    assert!(serde_json::to_vec(&doc["result"]).unwrap().len() <= 64 * 1024);
+    assert!(doc["result"]["content"].as_str().unwrap().contains("…[truncated"));
+}
+
+#[test]
+fn exec_answers_openai_and_anthropic_shapes_in_order() {
+    let env = Env::new();
+    env.write("a.txt", "A");
+    env.write("b.txt", "B");
+    let item =
+        r#"{"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}"#;
+    let r = env.run_with_stdin(&["exec"], Some(item));
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = r.json();
+    assert_eq!(out["role"], "tool");
+    assert_eq!(out["tool_call_id"], "call_1");
+    let content: Value = serde_json::from_str(out["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["result"]["content"], "A");
+
+    let msg = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"b.txt\"}"}},
+        {"id": "c3", "type": "function", "function": {"name": "read_file", "arguments": "{not json"}},
+    ]});
+    let r = env.run_with_stdin(&["exec"], Some(&msg.to_string()));
+    let out = r.json();
+    let ids: Vec<&str> = out.as_array().unwrap().iter().map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    assert!(out[1]["content"].as_str().unwrap().contains("\"B\""));
+    assert!(out[2]["content"].as_str().unwrap().contains("INVALID_ARGS"));
+    assert_eq!(r.code, 2, "the first failing call sets the exit code");
+
+    let block = r#"{"type":"tool_use","id":"toolu_1","name":"read_file","input":{"path":"b.txt"}}"#;
+    let r = env.run_with_stdin(&["exec"], Some(block));
+    let out = r.json();
+    assert_eq!(
+        (out["type"].as_str(), out["tool_use_id"].as_str(), out["is_error"].as_bool()),
+        (Some("tool_result"), Some("toolu_1"), Some(false))
+    );
+
+    let message = json!({"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a.txt"}},
+        {"type": "tool_use", "id": "t2", "name": "write_file", "input": {"path": "w.txt", "content": "x"}},
+    ]});
+    let r = env.run_with_stdin(&["exec"], Some(&message.to_string()));
+    let out = r.json();
+    assert_eq!(out["role"], "user");
+    assert_eq!(out["content"][0]["tool_use_id"], "t1");
+    assert_eq!(out["content"][1]["tool_use_id"], "t2");
+    assert_eq!(out["content"][1]["is_error"], true);
+    assert_eq!(r.code, 3);
+}
+
+#[test]
+fn list_is_sorted_and_hides_denied_tools() {
+    let env = Env::new();
+    let r = env.run(&["list", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let names: Vec<String> =
+        r.json().as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert!(names.contains(&"read_file".to_string()));
+
+    let strict = concat!(env!("CARGO_MANIFEST_DIR"), "/policies/strict.toml");
+    let r = env.run(&["--policy", strict, "list"]);
+    assert!(r.stdout.contains("write_file") && !r.stdout.contains("delete_file"), "{r:?}");
+    let r = env.run(&["--policy", strict, "call", "delete_file", r#"{"path":"x"}"#]);
+    assert_eq!((r.code, r.error_code().as_str()), (3, "DENIED"), "{r:?}");
+}
+
+#[test]
+fn policy_check_names_file_line_and_column() {
+    let env = Env::new();
+    let cases = [
+        ("unknown.toml", "version = 1\n[defaults]\ntier = \"auto\"\ntimeuot = \"3s\"\n", "unknown.toml:4:1"),
+        ("duration.toml", "version = 1\n[defaults]\ntimeout = \"forever\"\n", "duration.toml:3:11"),
+        ("plugin.toml", "version = 1\n[tools.read_file]\nplugin = \"files\"\n", "plugin.toml:3:10"),
+    ];
+    for (file, text, want) in cases {
+        let path = env.write(file, text);
+        let r = env.run(&["policy", "check", path.to_str().unwrap()]);
+        assert_eq!(r.code, 1, "{file}: {r:?}");
+        assert!(r.stderr.contains(want), "{file}: expected {want} in {r:?}");
+    }
+    let r = env.run(&["policy", "check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("read_file") && r.stdout.contains("valid"), "{r:?}");
+}
+
+#[test]
+fn a_policy_naming_a_tool_its_plugin_lacks_fails_the_check() {
+    let env = Env::new();
+    let p = env
+        .write("w.toml", "version = 1\n[plugins.fs]\nsource = \"builtin:fs\"\n[tools.format_disk]\nplugin = \"fs\"\n");
+    let r = env.run(&["policy", "check", p.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("offers no tool of that name"), "{r:?}");
+}
+
+#[test]
+fn invalid_policies_stop_calls_with_exit_two() {
+    let env = Env::new();
+    let p = env.write("bad.toml", "version = 1\n[sandbox]\nmode = \"lenient\"\n");
+    let r = env.run(&["--policy", p.to_str().unwrap(), "call", "read_file", "{}"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("bad.toml:3:8"), "{r:?}");
+    assert!(r.stdout.is_empty());
+}
+
+#[test]
+fn warden_toml_in_the_current_directory_is_the_default_policy() {
+    let env = Env::new();
+    env.write("warden.toml", "version = 1\n[plugins.fs]\nsource = \"builtin:fs\"\n[tools.read_file]\nplugin = \"fs\"\ntier = \"deny\"\nfs.read = [\"{workspace}\"]\n");
+    let r = env.call(&[], "read_file", r#"{"path":"warden.toml"}"#);
+    assert_eq!(r.error_code(), "DENIED", "{r:?}");
+}
+
+fn calls_then_log(env: &Env, n: usize) -> String {
+    env.write("a.txt", "x");
+    for _ in 0..n {
+        assert_eq!(env.call(&[], "read_file", r#"{"path":"a.txt"}"#).code, 0);
+    }
+    std::fs::read_to_string(&env.log).unwrap()
+}
+
+#[test]
+fn log_verify_passes_on_a_real_log() {
+    let env = Env::new();
+    calls_then_log(&env, 4);
+    let r = env.run(&["log", "verify"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("ok: 4 records"), "{r:?}");
+}
+
+#[test]
+fn log_verify_names_the_line_after_an_edit_a_deletion_or_a_swap() {
+    let env = Env::new();
+    let text = calls_then_log(&env, 5);
+    let lines: Vec<&str> = text.lines().collect();
+
+    let mut edited = lines.clone();
+    let changed = edited[2].replace("\"read_file\"", "\"write_file\"");
+    edited[2] = &changed;
+    std::fs::write(&env.log, edited.join("\n") + "\n").unwrap();
+    let r = env.run(&["log", "verify"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stdout.contains("line 3"), "edit: {r:?}");
+
+    let mut deleted = lines.clone();
+    deleted.remove(1);
+    std::fs::write(&env.log, deleted.join("\n") + "\n").unwrap();
+    let r = env.run(&["log", "verify"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("line 2"), "delete: {r:?}");
+
+    let mut swapped = lines.clone();
+    swapped.swap(1, 3);
+    std::fs::write(&env.log, swapped.join("\n") + "\n").unwrap();
+    let r = env.run(&["log", "verify"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("line 2"), "swap: {r:?}");
+}
+
+#[test]
+fn log_stats_counts_per_tool() {
+    let env = Env::new();
+    calls_then_log(&env, 3);
+    env.call(&[], "write_file", r#"{"path":"b","content":""}"#);
+    let r = env.run(&["log", "stats", "--format", "json"]);
+    let stats = r.json();
+    let read = stats.as_array().unwrap().iter().find(|s| s["tool"] == "read_file").unwrap().clone();
+    assert_eq!((read["calls"].as_u64(), read["ok"].as_u64()), (Some(3), Some(3)));
+    let write = stats.as_array().unwrap().iter().find(|s| s["tool"] == "write_file").unwrap().clone();
+    assert_eq!(write["errors"], 1);
+    let r = env.run(&["log", "stats"]);
+    assert!(r.stdout.contains("P50_MS"), "{r:?}");
+}
+
+#[test]
+fn secrets_in_arguments_never_reach_the_log() {
+    let env = Env::new();
+    env.call(&["--approve", "yes"], "write_file", r#"{"path":"cfg","content":"Bearer abcdef123"}"#);
+    let log = std::fs::read_to_string(&env.log).unwrap();
+    assert!(!log.contains("abcdef123"), "{log}");
+    assert!(log.contains("[REDACTED]"));
+}
+
+#[test]
+fn an_unwritable_audit_log_stops_the_call() {
+    let env = Env::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .current_dir(&env.ws)
+        .args(["--audit-log", "/proc/version/audit.jsonl", "call", "read_file", "{}"])
+        .env("WARDEN_CACHE_DIR", util::cache_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("audit log"), "{out:?}");
+    assert!(out.stdout.is_empty());
+}
