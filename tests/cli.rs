@@ -65,7 +65,8 @@ fn every_fs_tool_refuses_paths_outside_the_workspace() {
             let r = env.call(&["--approve", "yes"], tool, &args.to_string());
             assert!(!r.stdout.contains(SECRET) && !r.stdout.contains("root:x:0"), "{tool} {args} leaked: {r:?}");
             // A symlink may be stat'ed, renamed or deleted as a link, without following it.
-            let link_itself = matches!(target, "link" | "dirlink") && matches!(tool, "file_info" | "delete_file" | "move_file");
+            let link_itself =
+                matches!(target, "link" | "dirlink") && matches!(tool, "file_info" | "delete_file" | "move_file");
             if link_itself {
                 continue;
             }

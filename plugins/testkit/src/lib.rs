@@ -22,7 +22,8 @@ impl Guest for Testkit {
             tool("grow", "Allocate memory until the host refuses"),
             tool("flood", "Write 64 MiB to stdout and stderr, then return"),
             tool("huge", "Return a 16 MiB string"),
-            tool("recurse", "Recurse until the stack overflows"),
+            tool("recurse", "Recurse with large frames until the in-memory stack overflows"),
+            tool("deep", "Recurse with small frames until the native wasm stack overflows"),
             tool("read", "Read the file at `path` (any path) and return it"),
             tool("write", "Write `content` to `path` (any path)"),
             tool("connect", "Open a TCP connection to `addr`"),
@@ -63,6 +64,7 @@ impl Guest for Testkit {
             }
             "huge" => Ok(serde_json::Value::String("y".repeat(16 << 20)).to_string()),
             "recurse" => Ok(recurse(1).to_string()),
+            "deep" => Ok(deep(1).to_string()),
             "read" => std::fs::read_to_string(s("path"))
                 .map(|c| serde_json::Value::String(c).to_string())
                 .map_err(|e| ToolError::PermissionDenied(e.to_string())),
@@ -81,6 +83,11 @@ impl Guest for Testkit {
 fn recurse(n: u64) -> u64 {
     let pad = std::hint::black_box([n; 64]);
     if std::hint::black_box(n) == 0 { pad[0] } else { recurse(n + 1).wrapping_add(pad[3]) }
+}
+
+#[inline(never)]
+fn deep(n: u64) -> u64 {
+    if std::hint::black_box(n) == 0 { 0 } else { deep(n + 1).wrapping_add(1) }
 }
 
 export!(Testkit);

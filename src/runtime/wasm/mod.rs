@@ -437,8 +437,18 @@ fn run_in_store(
                 )
             } else if trap == Some(Trap::StackOverflow) {
                 CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: stack overflow"))
+            } else if trap == Some(Trap::MemoryOutOfBounds) {
+                CallError::new(
+                    ErrorCode::ExecutionFailed,
+                    format!(
+                        "{tool}: trapped: out of bounds memory access (the component's own stack lives in its \
+                         memory, so a deep recursion ends this way){stderr_tail}"
+                    ),
+                )
             } else {
-                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: {e:#}{stderr_tail}"))
+                // The trap (or host error) without wasmtime's multi-line backtrace.
+                let what = trap.map_or_else(|| e.root_cause().to_string(), |t| t.to_string());
+                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: {what}{stderr_tail}"))
             })
         }
     }
