@@ -5,6 +5,9 @@
 //! The wasm32-wasip2 target is added with rustup when it is missing (rustup does
 //! not add targets from `rust-toolchain.toml` to an installed toolchain).
 
+// A build script reports failure by panicking, with the reason.
+#![allow(clippy::expect_used)]
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,10 +65,10 @@ fn ensure_target(rustc: &str) {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    if let Some(sysroot) = &sysroot {
-        if Path::new(sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir() {
-            return;
-        }
+    if let Some(sysroot) = &sysroot
+        && Path::new(sysroot).join("lib/rustlib").join(TARGET).join("lib").is_dir()
+    {
+        return;
     }
     println!("cargo:warning=the {TARGET} target is missing: running `rustup target add {TARGET}`");
     let status = Command::new("rustup").args(["target", "add", TARGET]).status();

@@ -274,8 +274,8 @@ pub fn verify(path: &Path) -> std::io::Result<Verification> {
     let data = fs::read(path)?;
     let mut v = Verification { records: 0, torn_line: None, problem: None, head: GENESIS.into() };
     let mut expected_seq: Option<u64> = None;
-    let mut lines = data.split_inclusive(|&b| b == b'\n').enumerate();
-    while let Some((i, raw)) = lines.next() {
+    let lines = data.split_inclusive(|&b| b == b'\n').enumerate();
+    for (i, raw) in lines {
         let n = i as u64 + 1;
         if raw.last() != Some(&b'\n') {
             v.torn_line = Some(n);

@@ -79,10 +79,10 @@ impl Catalog {
         if let Some(e) = self.entries.get(requested) {
             return Ok(e);
         }
-        if let Some((plugin, tool)) = requested.split_once('.') {
-            if let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin == plugin) {
-                return Ok(e);
-            }
+        if let Some((plugin, tool)) = requested.split_once('.')
+            && let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin == plugin)
+        {
+            return Ok(e);
         }
         let shown: String = requested.chars().take(80).collect();
         let mut scored: Vec<(usize, &str)> = self

@@ -401,10 +401,8 @@ fn normalize(base: &Path, raw: &str) -> Option<PathBuf> {
     let mut out = PathBuf::from("/");
     for c in joined.components() {
         match c {
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
-                }
+            Component::ParentDir if !out.pop() => {
+                return None;
             }
             Component::Normal(s) => out.push(s),
             _ => {}

@@ -205,7 +205,7 @@ fn a_plugin_whose_hash_does_not_match_its_pin_is_not_loaded() {
 fn concurrent_calls_share_one_engine() {
     let k = &kit("");
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8).map(|i| s.spawn(move || call(&k, "echo", json!({"i": i})))).collect();
+        let handles: Vec<_> = (0..8).map(|i| s.spawn(move || call(k, "echo", json!({"i": i})))).collect();
         for (i, h) in handles.into_iter().enumerate() {
             assert_eq!(h.join().unwrap().result, Some(json!({"i": i})));
         }

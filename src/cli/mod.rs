@@ -301,11 +301,11 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
             if grants.is_empty() { "none".to_string() } else { grants.join(", ") },
             e.spec.rules.len()
         );
-        if let Err(err) = &e.state {
-            if e.spec.tier != Tier::Deny {
-                broken += 1;
-                eprintln!("error: {}", err.message);
-            }
+        if let Err(err) = &e.state
+            && e.spec.tier != Tier::Deny
+        {
+            broken += 1;
+            eprintln!("error: {}", err.message);
         }
     }
     if broken > 0 {

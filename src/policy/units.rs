@@ -58,7 +58,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Formats bytes the way a policy would write them.
 pub fn format_size(v: u64) -> String {
     for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if v >= m && v % m == 0 {
+        if v >= m && v.is_multiple_of(m) {
             return format!("{}{unit}", v / m);
         }
     }

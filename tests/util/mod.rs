@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 /// A temporary workspace plus a directory outside it.
-pub struct Env {
+pub(crate) struct Env {
     pub root: tempfile::TempDir,
     pub ws: PathBuf,
     pub outside: PathBuf,
@@ -19,31 +19,31 @@ pub struct Env {
 
 /// What one run of warden did.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Run {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
-    pub fn error_code(&self) -> String {
+    pub(crate) fn error_code(&self) -> String {
         self.json()["error"]["code"].as_str().unwrap_or_default().to_string()
     }
 }
 
 /// The shared compiled-component cache (one compile for the whole test run).
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache")
 }
 
 /// A distinctive secret that must never appear in any output.
-pub const SECRET: &str = "TOPSECRET-7f3a9c-do-not-leak";
+pub(crate) const SECRET: &str = "TOPSECRET-7f3a9c-do-not-leak";
 
 impl Env {
-    pub fn new() -> Env {
+    pub(crate) fn new() -> Env {
         let root = tempfile::tempdir().unwrap();
         let ws = root.path().join("ws");
         let outside = root.path().join("outside");
@@ -56,7 +56,7 @@ impl Env {
         Env { root, ws, outside, log }
     }
 
-    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, content: &str) -> PathBuf {
         let p = self.ws.join(rel);
         if let Some(d) = p.parent() {
             std::fs::create_dir_all(d).unwrap();
@@ -65,7 +65,7 @@ impl Env {
         p
     }
 
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_warden"));
         c.current_dir(&self.ws)
             .arg("--audit-log")
@@ -82,11 +82,11 @@ impl Env {
         c
     }
 
-    pub fn run(&self, args: &[&str]) -> Run {
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
         self.run_with_stdin(args, None)
     }
 
-    pub fn run_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
+    pub(crate) fn run_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
         let mut c = self.command(args);
         if stdin.is_some() {
             c.stdin(Stdio::piped());
@@ -104,13 +104,13 @@ impl Env {
     }
 
     /// `warden call TOOL ARGS` with extra global flags before `call`.
-    pub fn call(&self, flags: &[&str], tool: &str, args: &str) -> Run {
+    pub(crate) fn call(&self, flags: &[&str], tool: &str, args: &str) -> Run {
         let mut a: Vec<&str> = flags.to_vec();
         a.extend(["call", tool, args]);
         self.run(&a)
     }
 
-    pub fn audit_records(&self) -> Vec<Value> {
+    pub(crate) fn audit_records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()

@@ -216,16 +216,16 @@ impl ComponentRuntime {
             }
         };
         let sha256 = hex::encode(Sha256::digest(&bytes));
-        if let Some(pinned) = &spec.sha256 {
-            if *pinned != sha256 {
-                return Err(fail(
-                    ErrorCode::Denied,
-                    format!(
-                        "sha256 mismatch: the policy pins {pinned} but the file has {sha256}; \
+        if let Some(pinned) = &spec.sha256
+            && *pinned != sha256
+        {
+            return Err(fail(
+                ErrorCode::Denied,
+                format!(
+                    "sha256 mismatch: the policy pins {pinned} but the file has {sha256}; \
                          the plugin is not loaded (update sha256 only if you trust the new file)"
-                    ),
-                ));
-            }
+                ),
+            ));
         }
         let component = self
             .cache
