@@ -136,6 +136,10 @@ impl Approver {
             ApproveMode::Deny => Verdict::Required(required_message(req)),
             ApproveMode::Prompt => {
                 let _one_at_a_time = self.terminal.lock().unwrap_or_else(PoisonError::into_inner);
+                // An answer given while this call waited for the terminal may cover it.
+                if self.granted(req) {
+                    return Verdict::Approved(ApprovedBy::Grant);
+                }
                 match prompt::ask(req) {
                     Ok(prompt::Answer::Yes) => Verdict::Approved(ApprovedBy::Prompt),
                     Ok(prompt::Answer::Always) => {

@@ -244,13 +244,19 @@ fn compile_tool(
         if valid_env_name(v.get_ref()) {
             env_pass.push(v.get_ref().clone());
         } else {
-            c.problem(v.span(), format!("tool {name}: env.pass {:?} is not a variable name", v.get_ref()));
+            c.problem(
+                v.span(),
+                format!("tool {name}: env.pass {:?} is not a variable name (WARDEN_* names are reserved)", v.get_ref()),
+            );
         }
     }
     let mut env_set = BTreeMap::new();
     for (k, v) in &t.env.set {
         if !valid_env_name(k) {
-            c.problem(v.span(), format!("tool {name}: env.set key {k:?} is not a variable name"));
+            c.problem(
+                v.span(),
+                format!("tool {name}: env.set key {k:?} is not a variable name (WARDEN_* names are reserved)"),
+            );
             continue;
         }
         match expand_text(v.get_ref(), ctx, true) {
@@ -322,8 +328,12 @@ fn component_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &L
     limits
 }
 
+/// Variables warden itself sets for components; a policy may not override them.
+const RESERVED_ENV_PREFIX: &str = "WARDEN_";
+
 fn valid_env_name(n: &str) -> bool {
     !n.is_empty()
+        && !n.starts_with(RESERVED_ENV_PREFIX)
         && n.len() <= 128
         && !n.starts_with(|c: char| c.is_ascii_digit())
         && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')

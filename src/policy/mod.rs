@@ -326,8 +326,12 @@ impl ToolSpec {
     /// The tier for a call with `args`, and the rule that set it (if any).
     ///
     /// Matching rules decide and the strictest of them wins
-    /// (`deny` > `confirm` > `ask` > `auto`); with no matching rule, the base tier stands.
+    /// (`deny` > `confirm` > `ask` > `auto`); with no matching rule, the base tier
+    /// stands. A tool whose base tier is `deny` stays denied: no rule relaxes it.
     pub fn decide(&self, args: &serde_json::Value) -> (Tier, Option<&Rule>) {
+        if self.tier == Tier::Deny {
+            return (Tier::Deny, None);
+        }
         let mut best: Option<&Rule> = None;
         for rule in &self.rules {
             let matches = rule.when.iter().all(|(sel, re)| sel.select(args).is_some_and(|v| re.is_match(v)));

@@ -130,3 +130,18 @@ fn strictest_matching_rule_wins_and_auto_rules_can_relax() {
     assert_eq!(t.decide(&serde_json::json!({"pattern": "zzz"})).0, Tier::Confirm);
     assert_eq!(t.decide(&serde_json::json!({"pattern": 5})).0, Tier::Confirm);
 }
+
+#[test]
+fn a_deny_tool_stays_denied_whatever_its_rules_say() {
+    let p = load(&format!(
+        "{HEAD}[tools.grep]\nplugin = \"fs\"\ntier = \"deny\"\n[[tools.grep.rule]]\nwhen = {{ pattern = '.' }}\ntier = \"auto\"\n"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.tools["grep"].decide(&serde_json::json!({"pattern": "a"})).0, Tier::Deny);
+}
+
+#[test]
+fn warden_variables_cannot_be_overridden() {
+    let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nenv.set = {{ WARDEN_ROOTS = \"/\" }}\n"));
+    assert!(p.message.contains("reserved"), "{}", p.message);
+}
