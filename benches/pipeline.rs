@@ -52,7 +52,13 @@ fn main() {
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
     let policy = Policy::embedded_default(&ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    let exec = Executor::new(policy, Approver::new(ApproveMode::Deny), log, Some(cache.clone())).unwrap();
+    let exec = Executor::new(
+        policy,
+        Approver::new(ApproveMode::Deny),
+        log,
+        warden::Options { cache_dir: Some(cache.clone()), sandbox_helper: None },
+    )
+    .unwrap();
     let call = || {
         let r = exec.call(ToolCall::new("read_file", json!({"path": "four.txt"})));
         assert_eq!(r.exit_code(), 0, "{r:?}");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{Policy, Tier, ToolSpec};
+use crate::policy::{Policy, Runner, Tier, ToolSpec};
 use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
 
 /// The largest input schema warden compiles.
@@ -23,8 +23,8 @@ const MAX_SCHEMA_BYTES: usize = 256 << 10;
 /// A tool ready to be called.
 #[derive(Debug)]
 pub struct ReadyTool {
-    /// The plugin that runs it.
-    pub plugin: Arc<LoadedPlugin>,
+    /// The plugin that runs it (component tools).
+    pub plugin: Option<Arc<LoadedPlugin>>,
     /// The description shown to agents (the policy's, else the plugin's).
     pub description: String,
     /// The input schema.
@@ -80,7 +80,7 @@ impl Catalog {
             return Ok(e);
         }
         if let Some((plugin, tool)) = requested.split_once('.')
-            && let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin == plugin)
+            && let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin() == Some(plugin))
         {
             return Ok(e);
         }
@@ -115,35 +115,56 @@ impl ReadyTool {
 }
 
 fn ready(policy: &Policy, spec: &ToolSpec, runtime: &ComponentRuntime) -> Result<ReadyTool, CallError> {
-    let plugin_spec = policy.plugins.get(&spec.plugin).ok_or_else(|| {
-        CallError::new(ErrorCode::Internal, format!("tool {}: plugin {} is not declared", spec.name, spec.plugin))
-    })?;
-    let plugin = runtime
-        .load(plugin_spec)
-        .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
-    let def = plugin.tools.iter().find(|t| t.name == spec.name).ok_or_else(|| {
-        let offered: Vec<&str> = plugin.tools.iter().map(|t| t.name.as_str()).collect();
-        CallError::new(
-            ErrorCode::NotFound,
-            format!(
-                "tool {} ({}): plugin {} offers no tool of that name (it offers: {})",
-                spec.name,
-                spec.location,
-                spec.plugin,
-                offered.join(", ")
-            ),
-        )
-    })?;
+    let (plugin, description, schema_text, source) = match &spec.runner {
+        Runner::Plugin(plugin_name) => {
+            let plugin_spec = policy.plugins.get(plugin_name).ok_or_else(|| {
+                CallError::new(ErrorCode::Internal, format!("tool {}: plugin {plugin_name} is not declared", spec.name))
+            })?;
+            let plugin = runtime
+                .load(plugin_spec)
+                .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
+            let def = plugin.tools.iter().find(|t| t.name == spec.name).ok_or_else(|| {
+                let offered: Vec<&str> = plugin.tools.iter().map(|t| t.name.as_str()).collect();
+                CallError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "tool {} ({}): plugin {plugin_name} offers no tool of that name (it offers: {})",
+                        spec.name,
+                        spec.location,
+                        offered.join(", ")
+                    ),
+                )
+            })?;
+            let (description, schema) = (def.description.clone(), def.input_schema.clone());
+            (Some(plugin), description, schema, format!("plugin {plugin_name}"))
+        }
+        Runner::Process(exec) => {
+            let program = std::path::Path::new(&exec.argv[0]);
+            if !program.is_file() {
+                return Err(CallError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!(
+                        "tool {} ({}): the program {} does not exist on this machine; install it or change exec[0]",
+                        spec.name,
+                        spec.location,
+                        program.display()
+                    ),
+                ));
+            }
+            let description = format!("Run {}", exec.argv.join(" "));
+            (None, description, exec.schema().to_string(), "its policy entry".to_string())
+        }
+    };
     let bad_schema = |why: String| {
         CallError::new(
             ErrorCode::ExecutionFailed,
-            format!("tool {}: plugin {} gave an unusable input schema: {why}", spec.name, spec.plugin),
+            format!("tool {}: {source} gave an unusable input schema: {why}", spec.name),
         )
     };
-    if def.input_schema.len() > MAX_SCHEMA_BYTES {
+    if schema_text.len() > MAX_SCHEMA_BYTES {
         return Err(bad_schema(format!("larger than {MAX_SCHEMA_BYTES} bytes")));
     }
-    let schema: Value = serde_json::from_str(&def.input_schema).map_err(|e| bad_schema(e.to_string()))?;
+    let schema: Value = serde_json::from_str(&schema_text).map_err(|e| bad_schema(e.to_string()))?;
     let validator = jsonschema::draft202012::new(&schema).map_err(|e| bad_schema(e.to_string()))?;
     let path_args = schema
         .get("properties")
@@ -156,7 +177,8 @@ fn ready(policy: &Policy, spec: &ToolSpec, runtime: &ComponentRuntime) -> Result
                 .collect()
         })
         .unwrap_or_default();
-    let description = spec.description.clone().unwrap_or_else(|| def.description.clone());
+    // A plugin's description reaches the model: strip terminal escapes and invisible text from it.
+    let description = crate::shape::sanitize_str(spec.description.as_deref().unwrap_or(&description));
     Ok(ReadyTool { plugin, description, schema, validator, path_args })
 }
 

@@ -23,7 +23,8 @@ use crate::approval::{self, ApprovedBy, Approver, Verdict};
 use crate::audit::{AuditLog, Decision, Record};
 use crate::catalog::{Catalog, Entry, ReadyTool};
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{GrantPath, PluginSource, Policy, Tier};
+use crate::policy::{GrantPath, PluginSource, Policy, Runner, Tier};
+use crate::runtime::process::ProcessRuntime;
 use crate::runtime::wasm::ComponentRuntime;
 use crate::runtime::{RunOutput, SandboxReport, Walls};
 use crate::shape;
@@ -132,12 +133,23 @@ impl CallResponse {
     }
 }
 
+/// How an executor finds what it needs beyond the policy.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Where compiled components are cached (`None`: compile in memory each start).
+    pub cache_dir: Option<PathBuf>,
+    /// The `warden` binary, re-executed as the sandbox helper of process tools
+    /// (`None`: process tools are unavailable).
+    pub sandbox_helper: Option<PathBuf>,
+}
+
 /// Runs calls under one policy, for one session.
 #[derive(Debug)]
 pub struct Executor {
     policy: Policy,
     catalog: Catalog,
     runtime: ComponentRuntime,
+    processes: ProcessRuntime,
     approver: Approver,
     audit: AuditLog,
     session: String,
@@ -165,15 +177,11 @@ fn random_id(prefix: &str) -> String {
 impl Executor {
     /// An executor for `policy`: loads its plugins (compiled components cached in
     /// `cache_dir`), answering approvals with `approver` and recording to `audit`.
-    pub fn new(
-        policy: Policy,
-        approver: Approver,
-        audit: AuditLog,
-        cache_dir: Option<PathBuf>,
-    ) -> Result<Executor, CallError> {
-        let runtime = ComponentRuntime::new(cache_dir)?;
+    pub fn new(policy: Policy, approver: Approver, audit: AuditLog, options: Options) -> Result<Executor, CallError> {
+        let runtime = ComponentRuntime::new(options.cache_dir)?;
+        let processes = ProcessRuntime::new(options.sandbox_helper, policy.mode);
         let catalog = Catalog::build(&policy, &runtime);
-        Ok(Executor { policy, catalog, runtime, approver, audit, session: random_id("s") })
+        Ok(Executor { policy, catalog, runtime, processes, approver, audit, session: random_id("s") })
     }
 
     /// The policy.
@@ -317,8 +325,10 @@ impl Executor {
         // Approve.
         trace.approved_by = Some(ApprovedBy::Auto);
         if matches!(tier, Tier::Ask | Tier::Confirm) {
-            let builtin_fs =
-                self.policy.plugins.get(&spec.plugin).is_some_and(|p| p.source == PluginSource::Builtin("fs".into()));
+            let builtin_fs = spec
+                .plugin()
+                .and_then(|p| self.policy.plugins.get(p))
+                .is_some_and(|p| p.source == PluginSource::Builtin("fs".into()));
             let preview = if builtin_fs {
                 approval::preview::for_fs_tool(name, &call.args, &self.policy.workspace)
             } else {
@@ -343,10 +353,20 @@ impl Executor {
         trace.decision = Decision::Allowed;
 
         // Run.
-        let (walls, _tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
-        trace.sandbox = Some(ComponentRuntime::report(&walls));
-        let args_text = call.args.to_string();
-        let RunOutput { value, usage } = self.runtime.call(&ready.plugin, name, args_text, &walls)?;
+        let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
+        let RunOutput { value, usage } = match (&spec.runner, &ready.plugin) {
+            (Runner::Process(exec), _) => {
+                trace.sandbox = Some(self.processes.report(&walls));
+                self.processes.call(name, exec, &call.args, &walls, tmp.as_ref().map(|t| t.path.as_path()))?
+            }
+            (Runner::Plugin(_), Some(plugin)) => {
+                trace.sandbox = Some(ComponentRuntime::report(&walls));
+                self.runtime.call(plugin, name, call.args.to_string(), &walls)?
+            }
+            (Runner::Plugin(p), None) => {
+                return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
+            }
+        };
         let streams_truncated = usage.truncated;
         trace.usage = Some(usage);
 

@@ -13,7 +13,8 @@
 //! * [`catalog`]: the tools that exist under the policy; name resolution.
 //! * [`executor`]: the pipeline that takes one call from request to response.
 //! * [`approval`]: who says yes to `ask` and `confirm` calls, and the preview.
-//! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components.
+//! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components,
+//!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp.
 //! * [`shape`]: result sanitising and type-aware truncation.
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
 //! * [`cli`]: the `warden` command line.
@@ -32,5 +33,5 @@ pub mod runtime;
 pub mod shape;
 
 pub use error::{CallError, ErrorCode};
-pub use executor::{CallResponse, Executor, Status, ToolCall};
+pub use executor::{CallResponse, Executor, Options, Status, ToolCall};
 pub use policy::{Policy, Tier};

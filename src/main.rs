@@ -1,5 +1,9 @@
-//! The `warden` binary: everything happens in [`warden::cli::run`].
+//! The `warden` binary: the sandbox helper when re-executed as one (checked
+//! first, before any thread or runtime exists), else [`warden::cli::run`].
 
 fn main() -> std::process::ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == warden::runtime::process::helper::HELPER_ARG) {
+        warden::runtime::process::helper::run_main();
+    }
     warden::cli::run()
 }

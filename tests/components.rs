@@ -44,7 +44,13 @@ fn kit(extra: &str) -> Kit {
     let policy = Policy::from_text(&text, "kit.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
-    let exec = Executor::new(policy, Approver::new(ApproveMode::Deny), log, Some(cache)).unwrap();
+    let exec = Executor::new(
+        policy,
+        Approver::new(ApproveMode::Deny),
+        log,
+        warden::Options { cache_dir: Some(cache), sandbox_helper: None },
+    )
+    .unwrap();
     Kit { _dir: dir, ws, exec }
 }
 
@@ -193,7 +199,7 @@ fn a_plugin_whose_hash_does_not_match_its_pin_is_not_loaded() {
     );
     let policy = Policy::from_text(&text, "kit.toml", Path::new("/"), &ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("a.jsonl")).unwrap();
-    let exec = Executor::new(policy, Approver::new(ApproveMode::Deny), log, None).unwrap();
+    let exec = Executor::new(policy, Approver::new(ApproveMode::Deny), log, warden::Options::default()).unwrap();
     let r = exec.call(ToolCall::new("echo", json!({})));
     let msg = &r.error.as_ref().unwrap().message;
     let actual = hex::encode(Sha256::digest(std::fs::read(TESTKIT).unwrap()));

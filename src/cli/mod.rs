@@ -20,7 +20,7 @@ use self::args::{ApproveArg, Cli, Command, LogCommand, PolicyCommand, StatsForma
 use crate::approval::{ApproveMode, Approver};
 use crate::audit::{self, AuditLog};
 use crate::catalog::Catalog;
-use crate::executor::{Executor, ToolCall};
+use crate::executor::{Executor, Options, ToolCall};
 use crate::policy::units::{format_duration, format_size};
 use crate::policy::{Context, Policy, Tier};
 use crate::runtime::wasm::ComponentRuntime;
@@ -223,7 +223,8 @@ fn executor(cli: &Cli) -> Result<Executor, Failure> {
     let log = AuditLog::open(&log_path).map_err(|e| {
         fail(70, format!("cannot open the audit log {}: {e} (pass a writable --audit-log)", log_path.display()))
     })?;
-    Executor::new(policy, Approver::new(approve_mode(cli)), log, cache_dir())
+    let options = Options { cache_dir: cache_dir(), sandbox_helper: std::env::current_exe().ok() };
+    Executor::new(policy, Approver::new(approve_mode(cli)), log, options)
         .map_err(|e| fail(e.code.exit_code(), e.message))
 }
 
@@ -244,7 +245,8 @@ fn list(catalog: &Catalog, as_json: bool) {
                 let mut o = json!({
                     "name": e.spec.name,
                     "tier": e.spec.tier,
-                    "plugin": e.spec.plugin,
+                    "runtime": if e.spec.plugin().is_some() { "component" } else { "process" },
+                    "plugin": e.spec.plugin(),
                     "available": e.state.is_ok(),
                     "grants": {"read": read, "write": write, "net": net},
                     "limits": {

@@ -10,9 +10,43 @@ use toml::Spanned;
 
 use super::schema::{RawLimits, RawPolicy, RawTool};
 use super::{
-    ArgSelector, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_TIMEOUT, GrantPath, Grants, Limits, MAX_COMPONENT_MEMORY,
-    NetGrant, PathGrant, PluginSource, PluginSpec, Policy, PolicyError, Problem, Rule, Tier, ToolSpec,
+    ArgSelector, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
+    DEFAULT_TIMEOUT, ExecSpec, GrantPath, Grants, Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginSource,
+    PluginSpec, Policy, PolicyError, Problem, Rule, Runner, Tier, ToolSpec,
 };
+
+/// What `{system}` grants read (and execute) access to: what ordinary programs
+/// need to start and run. Never `/etc` whole: it holds `shadow` and host keys.
+pub const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/mime.types",
+    "/dev/urandom",
+    "/dev/random",
+];
+/// What `{system}` grants read and write access to.
+pub const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+/// The most elements an `exec` template may have.
+const MAX_ARGV: usize = 256;
 
 /// The builtin plugins compiled into warden.
 pub(super) const BUILTIN_PLUGINS: &[&str] = &["fs"];
@@ -89,10 +123,15 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         );
     }
 
+    let timeout = raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
     let defaults = Limits {
-        timeout: raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        timeout,
         memory: raw.defaults.memory.map_or(DEFAULT_MEMORY, |s| s.0),
         max_output: raw.defaults.max_output.map_or(DEFAULT_MAX_OUTPUT, |s| s.0),
+        cpu: timeout,
+        processes: DEFAULT_PROCESSES,
+        open_files: DEFAULT_OPEN_FILES,
+        file_size: DEFAULT_FILE_SIZE,
     };
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
 
@@ -190,43 +229,80 @@ fn compile_tool(
     default_tier: Tier,
     ctx: &Context,
 ) -> Option<ToolSpec> {
-    if let Some(exec) = &t.exec {
-        c.problem(
-            exec.span(),
-            format!(
-                "tool {name}: `exec` (process tools) is not supported yet by this warden; \
-                 remove the tool or run it as a component plugin"
-            ),
-        );
-        return None;
-    }
-    let Some(plugin) = &t.plugin else {
-        c.problem(span, format!("tool {name}: missing `plugin = \"…\"` naming the [plugins.*] entry that runs it"));
-        return None;
+    let runner = match (&t.exec, &t.plugin) {
+        (Some(exec), Some(plugin)) => {
+            c.problem(
+                plugin.span(),
+                format!("tool {name}: has both `plugin` and `exec`; a tool is a component or a process, not both"),
+            );
+            let _ = exec;
+            return None;
+        }
+        (None, None) => {
+            c.problem(
+                span,
+                format!(
+                    "tool {name}: needs `plugin = \"…\"` (a component tool) or `exec = [\"/path/to/program\", …]` (a process tool)"
+                ),
+            );
+            return None;
+        }
+        (None, Some(plugin)) => {
+            if !plugins.contains_key(plugin.get_ref()) {
+                let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
+                c.problem(
+                    plugin.span(),
+                    format!(
+                        "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
+                        plugin.get_ref(),
+                        plugin.get_ref(),
+                        if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+                    ),
+                );
+            }
+            for (key, value) in [
+                ("cwd", t.cwd.as_ref().map(Spanned::span)),
+                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = value {
+                    c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
+                }
+            }
+            Runner::Plugin(plugin.get_ref().clone())
+        }
+        (Some(exec), None) => Runner::Process(compile_exec(c, name, exec, t, ctx)?),
     };
-    if !plugins.contains_key(plugin.get_ref()) {
-        let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
-        c.problem(
-            plugin.span(),
-            format!(
-                "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
-                plugin.get_ref(),
-                plugin.get_ref(),
-                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
-            ),
-        );
-    }
+    let process = matches!(runner, Runner::Process(_));
 
-    let limits = component_limits(c, name, &t.limits, defaults);
+    let limits = tool_limits(c, name, &t.limits, defaults, process);
 
     let mut paths: Vec<PathGrant> = Vec::new();
     for (list, write) in [(&t.fs.read, false), (&t.fs.write, true)] {
         for entry in list {
-            let Some(path) = expand_path(c, name, entry, ctx) else { continue };
-            if let Some(existing) = paths.iter_mut().find(|g| g.path == path) {
-                existing.write |= write;
+            let expanded: Vec<(GrantPath, bool)> = if entry.get_ref().trim() == "{system}" {
+                if !process {
+                    c.problem(
+                        entry.span(),
+                        format!(
+                            "tool {name}: {{system}} grants what programs need to run and applies only to process tools"
+                        ),
+                    );
+                    continue;
+                }
+                let read = SYSTEM_READ.iter().map(|p| (GrantPath::Fixed(p.into()), write));
+                read.chain(SYSTEM_WRITE.iter().map(|p| (GrantPath::Fixed(p.into()), true))).collect()
             } else {
-                paths.push(PathGrant { path, write });
+                match expand_path(c, name, entry, ctx) {
+                    Some(path) => vec![(path, write)],
+                    None => continue,
+                }
+            };
+            for (path, write) in expanded {
+                if let Some(existing) = paths.iter_mut().find(|g| g.path == path) {
+                    existing.write |= write;
+                } else {
+                    paths.push(PathGrant { path, write });
+                }
             }
         }
     }
@@ -289,7 +365,7 @@ fn compile_tool(
 
     Some(ToolSpec {
         name: name.to_string(),
-        plugin: plugin.get_ref().clone(),
+        runner,
         description: t.description.clone(),
         tier: t.tier.unwrap_or(default_tier),
         grants: Grants { paths, net, env_pass, env_set },
@@ -299,33 +375,155 @@ fn compile_tool(
     })
 }
 
-fn component_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits) -> Limits {
-    let process_only: [(&str, Option<Range<usize>>); 4] = [
-        ("cpu", l.cpu.as_ref().map(Spanned::span)),
-        ("processes", l.processes.as_ref().map(Spanned::span)),
-        ("open_files", l.open_files.as_ref().map(Spanned::span)),
-        ("file_size", l.file_size.as_ref().map(Spanned::span)),
-    ];
-    for (key, span) in process_only {
-        if let Some(span) = span {
-            c.problem(
-                span,
-                format!(
-                    "tool {name}: limits.{key} applies only to process tools; a component is bounded by \
-                     limits.memory and limits.timeout"
-                ),
-            );
+fn tool_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits, process: bool) -> Limits {
+    if !process {
+        let process_only: [(&str, Option<Range<usize>>); 4] = [
+            ("cpu", l.cpu.as_ref().map(Spanned::span)),
+            ("processes", l.processes.as_ref().map(Spanned::span)),
+            ("open_files", l.open_files.as_ref().map(Spanned::span)),
+            ("file_size", l.file_size.as_ref().map(Spanned::span)),
+        ];
+        for (key, span) in process_only {
+            if let Some(span) = span {
+                c.problem(
+                    span,
+                    format!(
+                        "tool {name}: limits.{key} applies only to process tools; a component is bounded by \
+                         limits.memory and limits.timeout"
+                    ),
+                );
+            }
         }
     }
+    let timeout = l.timeout.map_or(defaults.timeout, |d| d.0);
     let limits = Limits {
-        timeout: l.timeout.map_or(defaults.timeout, |d| d.0),
+        timeout,
         memory: l.memory.map_or(defaults.memory, |s| s.0),
         max_output: l.max_output.map_or(defaults.max_output, |s| s.0),
+        cpu: l.cpu.as_ref().map_or(timeout, |d| d.get_ref().0),
+        processes: l.processes.as_ref().map_or(defaults.processes, |p| *p.get_ref()),
+        open_files: l.open_files.as_ref().map_or(defaults.open_files, |p| *p.get_ref()),
+        file_size: l.file_size.as_ref().map_or(defaults.file_size, |p| p.get_ref().0),
     };
-    if limits.memory > MAX_COMPONENT_MEMORY {
+    if !process && limits.memory > MAX_COMPONENT_MEMORY {
         c.problem(0..0, format!("tool {name}: limits.memory is above 4GiB, more than a component can address"));
     }
+    for (key, value, min) in [("processes", l.processes.as_ref(), 1u32), ("open_files", l.open_files.as_ref(), 8)] {
+        if let Some(v) = value.filter(|v| *v.get_ref() < min) {
+            c.problem(v.span(), format!("tool {name}: limits.{key} must be at least {min}"));
+        }
+    }
     limits
+}
+
+/// Checks `exec` and its companions (`cwd`, `input_schema`).
+fn compile_exec(
+    c: &mut Checker<'_>,
+    name: &str,
+    exec: &Spanned<Vec<String>>,
+    t: &RawTool,
+    ctx: &Context,
+) -> Option<ExecSpec> {
+    let argv_raw = exec.get_ref();
+    let before = c.problems.len();
+    if argv_raw.is_empty() || argv_raw.len() > MAX_ARGV {
+        c.problem(exec.span(), format!("tool {name}: exec needs 1 to {MAX_ARGV} elements, the program first"));
+        return None;
+    }
+    if !argv_raw[0].starts_with('/') && !argv_raw[0].starts_with('{') {
+        c.problem(
+            exec.span(),
+            format!(
+                "tool {name}: exec[0] = {:?} must be an absolute path (no PATH search happens), for example \"/usr/bin/{}\"",
+                argv_raw[0], argv_raw[0]
+            ),
+        );
+    }
+    let mut argv = Vec::new();
+    let mut params: Vec<String> = Vec::new();
+    for (i, element) in argv_raw.iter().enumerate() {
+        if element.contains('\0') {
+            c.problem(exec.span(), format!("tool {name}: exec[{i}] contains a NUL byte"));
+            continue;
+        }
+        let mut out = String::new();
+        let mut rest = element.as_str();
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let ident = after.find('}').map(|close| &after[..close]).filter(|id| {
+                id.chars().next().is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
+                    && id.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            });
+            let Some(id) = ident else {
+                // Not a placeholder (for example an awk program): kept as written.
+                out.push('{');
+                rest = after;
+                continue;
+            };
+            match id {
+                "workspace" => out.push_str(&ctx.workspace.to_string_lossy()),
+                "home" => out.push_str(&ctx.home.to_string_lossy()),
+                "cache" => out.push_str(&ctx.cache.to_string_lossy()),
+                "tmp" => out.push_str("{tmp}"),
+                "system" => {
+                    c.problem(exec.span(), format!("tool {name}: exec[{i}]: {{system}} is a grant, not an argument"))
+                }
+                param => {
+                    if i == 0 {
+                        c.problem(
+                            exec.span(),
+                            format!("tool {name}: the program (exec[0]) cannot come from an argument"),
+                        );
+                    }
+                    if !params.iter().any(|p| p == param) {
+                        params.push(param.to_string());
+                    }
+                    out.push('{');
+                    out.push_str(param);
+                    out.push('}');
+                }
+            }
+            rest = &after[id.len() + 1..];
+        }
+        out.push_str(rest);
+        argv.push(out);
+    }
+    let cwd = match &t.cwd {
+        None => ctx.workspace.clone(),
+        Some(cwd) => match expand_path(c, name, cwd, ctx) {
+            Some(GrantPath::Fixed(p)) => p,
+            Some(GrantPath::Tmp(_)) => {
+                c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
+                return None;
+            }
+            None => return None,
+        },
+    };
+    let input_schema = match &t.input_schema {
+        None => None,
+        Some(v) => {
+            let json = match v.get_ref() {
+                toml::Value::String(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
+                other => serde_json::to_value(other).map_err(|e| e.to_string()),
+            };
+            match json {
+                Ok(schema) if schema.is_object() => Some(schema),
+                Ok(_) => {
+                    c.problem(v.span(), format!("tool {name}: input_schema must be a JSON Schema object"));
+                    None
+                }
+                Err(e) => {
+                    c.problem(v.span(), format!("tool {name}: input_schema is not JSON: {e}"));
+                    None
+                }
+            }
+        }
+    };
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(ExecSpec { argv, params, cwd, input_schema })
 }
 
 /// Variables warden itself sets for components; a policy may not override them.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-pub use compile::Context;
+pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
 
 /// The policy compiled into warden, used when no `--policy` is given and no
 /// `./warden.toml` exists.
@@ -38,6 +38,12 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 10;
 pub const DEFAULT_MEMORY: u64 = 256 << 20;
 /// The most memory a component can address (wasm32).
 pub const MAX_COMPONENT_MEMORY: u64 = 4 << 30;
+/// Default process count of a process tool (its whole tree).
+pub const DEFAULT_PROCESSES: u32 = 64;
+/// Default open-file limit of a process tool.
+pub const DEFAULT_OPEN_FILES: u32 = 256;
+/// Default largest file a process tool may write.
+pub const DEFAULT_FILE_SIZE: u64 = 256 << 20;
 
 /// How much a call needs a person's say-so. Ordered from least to most strict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
@@ -191,10 +197,69 @@ impl Grants {
 pub struct Limits {
     /// Wall clock.
     pub timeout: Duration,
-    /// Linear memory (components) in bytes.
+    /// Linear memory (components) or address space (processes) in bytes.
     pub memory: u64,
     /// Serialised result, and each captured output stream, in bytes.
     pub max_output: u64,
+    /// CPU time (processes; `RLIMIT_CPU`). Defaults to the timeout.
+    pub cpu: Duration,
+    /// Processes in the tool's tree (processes; a pids cgroup as root, `RLIMIT_NPROC` otherwise).
+    pub processes: u32,
+    /// Open files per process (processes; `RLIMIT_NOFILE`).
+    pub open_files: u32,
+    /// Largest file written (processes; `RLIMIT_FSIZE`).
+    pub file_size: u64,
+}
+
+/// What runs a tool.
+#[derive(Debug, Clone)]
+pub enum Runner {
+    /// A tool of a component plugin, by the plugin's policy name.
+    Plugin(String),
+    /// A program run as a confined process.
+    Process(ExecSpec),
+}
+
+/// `exec = [...]` and its companions, checked.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// The argv template: `{name}` is replaced by the string argument `name`;
+    /// `{tmp}` by the call's private directory. Each element stays one argv element.
+    pub argv: Vec<String>,
+    /// The argument names the template uses, in order of first use.
+    pub params: Vec<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// An explicit input schema, replacing the one made from `params`.
+    pub input_schema: Option<serde_json::Value>,
+}
+
+impl ExecSpec {
+    /// The input schema: the explicit one, or every parameter a required string.
+    pub fn schema(&self) -> serde_json::Value {
+        if let Some(s) = &self.input_schema {
+            return s.clone();
+        }
+        let props: serde_json::Map<String, serde_json::Value> = self
+            .params
+            .iter()
+            .map(|p| (p.clone(), serde_json::json!({"type": "string", "maxLength": 131072})))
+            .collect();
+        serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": props,
+            "required": self.params,
+            "additionalProperties": false,
+        })
+    }
+}
+
+/// Whether `s` is a simple command: no `;` `&` `|` backtick `$(` `<` `>` newline or
+/// parenthesis, so that an `auto` rule written for `ls` cannot carry `ls; curl evil`.
+pub fn is_simple_command(s: &str) -> bool {
+    !s.contains("$(")
+        && !s.chars().any(|c| matches!(c, ';' | '&' | '|' | '`' | '<' | '>' | '\n' | '\r' | '(' | ')' | '\0'))
 }
 
 /// Which argument a rule looks at.
@@ -235,8 +300,8 @@ pub struct Rule {
 pub struct ToolSpec {
     /// The tool's name.
     pub name: String,
-    /// The plugin that runs it.
-    pub plugin: String,
+    /// What runs it.
+    pub runner: Runner,
     /// Overrides the plugin's description.
     pub description: Option<String>,
     /// The base tier.
@@ -323,6 +388,14 @@ impl Policy {
 }
 
 impl ToolSpec {
+    /// The plugin's name, for component tools.
+    pub fn plugin(&self) -> Option<&str> {
+        match &self.runner {
+            Runner::Plugin(p) => Some(p),
+            Runner::Process(_) => None,
+        }
+    }
+
     /// The tier for a call with `args`, and the rule that set it (if any).
     ///
     /// Matching rules decide and the strictest of them wins
@@ -333,8 +406,14 @@ impl ToolSpec {
             return (Tier::Deny, None);
         }
         let mut best: Option<&Rule> = None;
+        let process = matches!(self.runner, Runner::Process(_));
         for rule in &self.rules {
-            let matches = rule.when.iter().all(|(sel, re)| sel.select(args).is_some_and(|v| re.is_match(v)));
+            let matches = rule.when.iter().all(|(sel, re)| {
+                sel.select(args).is_some_and(|v| {
+                    // An auto rule on a process tool applies only to simple commands.
+                    re.is_match(v) && !(process && rule.tier == Tier::Auto && !is_simple_command(v))
+                })
+            });
             if matches && best.is_none_or(|b| rule.tier > b.tier) {
                 best = Some(rule);
             }

@@ -58,6 +58,8 @@ pub(crate) struct RawPlugin {
 pub(crate) struct RawTool {
     pub(crate) plugin: Option<Spanned<String>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
+    pub(crate) cwd: Option<Spanned<String>>,
+    pub(crate) input_schema: Option<Spanned<toml::Value>>,
     pub(crate) description: Option<String>,
     pub(crate) tier: Option<Tier>,
     #[serde(default)]

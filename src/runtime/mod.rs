@@ -5,6 +5,7 @@
 //! real confinement: wasmtime preopens and socket checks for components.
 //! Nothing here decides whether a call may run; the executor did that already.
 
+pub mod process;
 pub mod wasm;
 
 use std::fs;
@@ -60,7 +61,7 @@ pub struct RunOutput {
 /// Everything one call may reach: directories, environment, network and limits.
 #[derive(Debug, Clone)]
 pub struct Walls {
-    /// Directories that exist, with write access or not.
+    /// Granted paths that exist (directories, and for processes files), with write access or not.
     pub dirs: Vec<(PathBuf, bool)>,
     /// The whole environment the tool sees.
     pub env: Vec<(String, String)>,
@@ -92,10 +93,10 @@ impl Walls {
                 }
                 (GrantPath::Tmp(_), None) => continue,
             };
-            if path.is_dir() {
+            if path.exists() {
                 dirs.push((path, grant.write));
             } else {
-                tracing::debug!(tool = %tool.name, "grant {} does not exist as a directory: nothing to open", path.display());
+                tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display());
             }
         }
         let mut env = Vec::new();

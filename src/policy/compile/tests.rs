@@ -90,9 +90,51 @@ fn bad_regexes_are_rejected() {
 }
 
 #[test]
-fn exec_tools_are_refused_until_process_tools_exist() {
-    let p = first_problem("version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\n");
-    assert!(p.message.contains("not supported yet"), "{}", p.message);
+fn exec_templates_make_every_placeholder_a_required_string() {
+    let p = load("version = 1\n[tools.git_diff]\nexec = [\"/usr/bin/git\", \"diff\", \"--\", \"{path}\", \"--x={path}\", \"{workspace}\", \"{print $1}\"]\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let Runner::Process(exec) = &p.tools["git_diff"].runner else { panic!("not a process tool") };
+    assert_eq!(exec.params, ["path"]);
+    assert_eq!(exec.argv, ["/usr/bin/git", "diff", "--", "{path}", "--x={path}", "/ws", "{print $1}"]);
+    assert_eq!(exec.cwd, Path::new("/ws"));
+    assert_eq!(exec.schema()["required"], serde_json::json!(["path"]));
+}
+
+#[test]
+fn exec_needs_an_absolute_fixed_program() {
+    let p = first_problem("version = 1\n[tools.x]\nexec = [\"git\", \"status\"]\n");
+    assert!(p.message.contains("absolute path"), "{}", p.message);
+    let p = first_problem("version = 1\n[tools.x]\nexec = [\"{program}\"]\n");
+    assert!(p.message.contains("cannot come from an argument"), "{}", p.message);
+    let p = first_problem(&format!("{HEAD}[tools.x]\nplugin = \"fs\"\nexec = [\"/bin/true\"]\n"));
+    assert!(p.message.contains("both"), "{}", p.message);
+}
+
+#[test]
+fn system_grants_apply_to_process_tools_only() {
+    let p = load("version = 1\n[tools.sh]\nexec = [\"/bin/sh\"]\nfs.read = [\"{system}\"]\nlimits = { processes = 8, cpu = \"5s\" }\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let g = &p.tools["sh"].grants.paths;
+    assert!(g.contains(&PathGrant { path: GrantPath::Fixed("/usr".into()), write: false }));
+    assert!(g.contains(&PathGrant { path: GrantPath::Fixed("/dev/null".into()), write: true }));
+    assert!(!g.iter().any(|p| p.path == GrantPath::Fixed("/etc".into())));
+    assert_eq!(p.tools["sh"].limits.processes, 8);
+    let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nfs.read = [\"{{system}}\"]\n"));
+    assert!(p.message.contains("only to process tools"), "{}", p.message);
+}
+
+#[test]
+fn auto_rules_on_process_tools_apply_only_to_simple_commands() {
+    let p = load(
+        "version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"confirm\"\n\
+         [[tools.shell.rule]]\nwhen = { command = '^ls' }\ntier = \"auto\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t = &p.tools["shell"];
+    assert_eq!(t.decide(&serde_json::json!({"command": "ls -la"})).0, Tier::Auto);
+    for compound in ["ls; curl evil", "ls && x", "ls | sh", "ls `id`", "ls $(id)", "ls > f", "ls\nid", "ls (x)"] {
+        assert_eq!(t.decide(&serde_json::json!({"command": compound})).0, Tier::Confirm, "{compound}");
+    }
 }
 
 #[test]

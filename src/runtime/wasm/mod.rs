@@ -239,7 +239,15 @@ impl ComponentRuntime {
             dirs: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
-            limits: crate::policy::Limits { timeout: DESCRIBE_TIMEOUT, memory: DESCRIBE_MEMORY, max_output: 1 << 20 },
+            limits: crate::policy::Limits {
+                timeout: DESCRIBE_TIMEOUT,
+                memory: DESCRIBE_MEMORY,
+                max_output: 1 << 20,
+                cpu: DESCRIBE_TIMEOUT,
+                processes: 1,
+                open_files: 1,
+                file_size: 0,
+            },
             workspace: PathBuf::from("/"),
         };
         let (mut store, _out, _err) = self.store(&walls)?;
@@ -263,7 +271,8 @@ impl ComponentRuntime {
         // Must precede the preopens: each Dir captures it when opened.
         b.allow_blocking_current_thread(true);
         b.stdout(out.clone()).stderr(err.clone());
-        for (dir, write) in &walls.dirs {
+        // Components are granted directories only; a granted file is not reachable.
+        for (dir, write) in walls.dirs.iter().filter(|(d, _)| d.is_dir()) {
             let perms = if *write { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             let guest = dir.to_string_lossy();
             b.preopened_dir(dir, &guest, perms).map_err(|e| {
@@ -274,7 +283,7 @@ impl ComponentRuntime {
             })?;
         }
         let mut roots = String::new();
-        for (dir, _) in &walls.dirs {
+        for (dir, _) in walls.dirs.iter().filter(|(d, _)| d.is_dir()) {
             roots.push_str(&dir.to_string_lossy());
             roots.push('\n');
         }

@@ -1,0 +1,163 @@
+//! Resource limits, capabilities and the pids cgroup: what bounds a process
+//! tool's tree and strips root of its privileges.
+//!
+//! Each `apply_*` changes the calling process; the helper calls them in the
+//! order `run_main` documents.
+
+use std::path::{Path, PathBuf};
+
+use nix::sys::resource::{Resource, setrlimit};
+
+use super::spec::RlimitSpec;
+
+/// Sets CPU, AS, NPROC (when given), NOFILE, FSIZE, and CORE = 0.
+pub fn apply_rlimits(l: &RlimitSpec) -> Result<(), String> {
+    let set = |r: Resource, v: u64, what: &str| setrlimit(r, v, v).map_err(|e| format!("cannot set {what}: {e}"));
+    set(Resource::RLIMIT_CORE, 0, "RLIMIT_CORE")?;
+    set(Resource::RLIMIT_CPU, l.cpu_secs.max(1), "RLIMIT_CPU")?;
+    set(Resource::RLIMIT_AS, l.address_space, "RLIMIT_AS")?;
+    set(Resource::RLIMIT_NOFILE, l.open_files, "RLIMIT_NOFILE")?;
+    set(Resource::RLIMIT_FSIZE, l.file_size, "RLIMIT_FSIZE")?;
+    if let Some(n) = l.processes {
+        set(Resource::RLIMIT_NPROC, n, "RLIMIT_NPROC")?;
+    }
+    Ok(())
+}
+
+/// How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the tool's).
+pub fn processes_of(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Sets the securebits so that uid 0 gains no capability from exec or setuid,
+/// and locks them: needs `CAP_SETPCAP`, so it comes first.
+pub fn apply_securebits() -> Result<(), String> {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    let bits = SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_KEEP_CAPS_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: PR_SET_SECUREBITS takes an integer bit set and no pointers.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        libc::prctl(libc::PR_SET_SECUREBITS, bits, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+    };
+    if r != 0 {
+        return Err(format!("cannot lock the securebits: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Empties every capability set: bounding first (it needs `CAP_SETPCAP`), then
+/// ambient, inheritable, effective and permitted.
+pub fn apply_drop_capabilities() -> Result<(), String> {
+    use caps::CapSet;
+    for cap in caps::all() {
+        caps::drop(None, CapSet::Bounding, cap).map_err(|e| format!("cannot drop {cap} from the bounding set: {e}"))?;
+    }
+    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
+        caps::clear(None, set).map_err(|e| format!("cannot clear the {set:?} capabilities: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Becomes `uid`/`gid` with no supplementary groups.
+pub fn apply_identity(uid: u32, gid: u32) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
+    setgroups(&[]).map_err(|e| format!("cannot clear supplementary groups: {e}"))?;
+    let g = Gid::from_raw(gid);
+    setresgid(g, g, g).map_err(|e| format!("cannot become gid {gid}: {e}"))?;
+    let u = Uid::from_raw(uid);
+    setresuid(u, u, u).map_err(|e| format!("cannot become uid {uid}: {e}"))?;
+    Ok(())
+}
+
+/// A per-call pids cgroup (v1 `pids` hierarchy, or v2 with the pids controller).
+#[derive(Debug)]
+pub struct PidsCgroup {
+    dir: PathBuf,
+    /// `v1` or `v2`.
+    pub version: &'static str,
+}
+
+impl PidsCgroup {
+    /// Creates `warden-<id>` with `pids.max = max`; `None` when no pids controller is usable.
+    pub fn create(id: &str, max: u32) -> Option<PidsCgroup> {
+        let candidates: [(&str, &'static str); 2] = [("/sys/fs/cgroup/pids", "v1"), ("/sys/fs/cgroup", "v2")];
+        for (base, version) in candidates {
+            let base = Path::new(base);
+            if version == "v2" {
+                let controllers = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+                if !controllers.split_whitespace().any(|c| c == "pids") {
+                    continue;
+                }
+            } else if !base.join("cgroup.procs").exists() {
+                continue;
+            }
+            let dir = base.join(format!("warden-{id}"));
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+                let _ = std::fs::remove_dir(&dir);
+                continue;
+            }
+            return Some(PidsCgroup { dir, version });
+        }
+        None
+    }
+
+    /// The file a process writes its pid to, to join.
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Whether the tree hit `pids.max`.
+    pub fn hit_max(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("pids.events"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse::<u64>().ok())))
+            .is_some_and(|n| n > 0)
+    }
+
+    /// The pids still inside.
+    pub fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.procs_file())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        for _ in 0..200 {
+            for pid in self.pids() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        tracing::warn!("cannot remove the cgroup {}", self.dir.display());
+    }
+}

@@ -1,0 +1,458 @@
+//! The process runtime: policy-declared programs run as separate processes
+//! confined by rlimits, capabilities, Landlock and seccomp.
+//!
+//! The host never `fork()`s itself with hooks (slow with a large host, and only
+//! async-signal-safe calls are legal in the child of a multithreaded process):
+//! it spawns `warden` again as a small single-threaded [`helper`] that confines
+//! itself and then `execve`s the tool. The host supervises: stdout and stderr
+//! read concurrently with byte caps, a wall-clock timeout, and on completion,
+//! timeout or cap, `SIGKILL` to the whole process group (descendants cannot
+//! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
+//!
+//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`helper`];
+//! [`spec`] is what the host hands the helper.
+
+pub mod helper;
+pub mod landlock;
+pub mod limits;
+pub mod seccomp;
+pub mod spec;
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use self::spec::{HelperReport, REPORT_PREFIX, RlimitSpec, SandboxSpec};
+use super::{RunOutput, SandboxReport, Usage, Walls};
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{ExecSpec, SandboxMode};
+
+/// What this kernel offers, probed once.
+#[derive(Debug, Clone, Copy)]
+pub struct HostSupport {
+    /// Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// seccomp filters are available.
+    pub seccomp: bool,
+    /// warden runs as root.
+    pub root: bool,
+}
+
+impl HostSupport {
+    /// Probes the running kernel.
+    pub fn probe() -> HostSupport {
+        HostSupport {
+            landlock_abi: landlock::kernel_abi(),
+            seccomp: std::path::Path::new("/proc/sys/kernel/seccomp/actions_avail").exists(),
+            root: nix::unistd::geteuid().is_root(),
+        }
+    }
+}
+
+/// Runs process tools through the sandbox helper.
+#[derive(Debug)]
+pub struct ProcessRuntime {
+    helper: Option<PathBuf>,
+    mode: SandboxMode,
+    support: HostSupport,
+}
+
+/// How a supervised process ended.
+struct Ended {
+    status: i32,
+    rusage: libc::rusage,
+    timed_out: bool,
+}
+
+impl ProcessRuntime {
+    /// A runtime spawning `helper` (the `warden` binary) under `mode`.
+    pub fn new(helper: Option<PathBuf>, mode: SandboxMode) -> ProcessRuntime {
+        ProcessRuntime { helper, mode, support: HostSupport::probe() }
+    }
+
+    /// What the kernel offers.
+    pub fn support(&self) -> HostSupport {
+        self.support
+    }
+
+    /// Refuses, in `enforce` mode, when a layer is missing.
+    fn check_support(&self, tool: &str) -> Result<(), CallError> {
+        if self.mode == SandboxMode::BestEffort {
+            return Ok(());
+        }
+        let mut missing = Vec::new();
+        if self.support.landlock_abi < landlock::MIN_ENFORCED_ABI {
+            missing.push(format!(
+                "Landlock ABI {} or newer (this kernel has {})",
+                landlock::MIN_ENFORCED_ABI,
+                self.support.landlock_abi
+            ));
+        }
+        if !self.support.seccomp {
+            missing.push("seccomp".to_string());
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(CallError::new(
+            ErrorCode::SandboxUnavailable,
+            format!(
+                "{tool}: sandbox mode \"enforce\" needs {}; run on a kernel that has it, or set [sandbox] mode = \"best-effort\" to run with what exists",
+                missing.join(" and ")
+            ),
+        ))
+    }
+
+    /// Runs `exec` with `args` (already validated) inside `walls`.
+    pub fn call(
+        &self,
+        tool: &str,
+        exec: &ExecSpec,
+        args: &Value,
+        walls: &Walls,
+        tmp: Option<&std::path::Path>,
+    ) -> Result<RunOutput, CallError> {
+        self.check_support(tool)?;
+        let helper = self.helper.as_ref().ok_or_else(|| {
+            CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
+        })?;
+        let argv = fill_argv(tool, exec, args, tmp)?;
+        let limits = walls.limits;
+        let call_id = {
+            let mut b = [0u8; 6];
+            let _ = getrandom::fill(&mut b);
+            hex::encode(b)
+        };
+        let cgroup = if self.support.root { limits::PidsCgroup::create(&call_id, limits.processes) } else { None };
+        if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
+            return Err(CallError::new(
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "{tool}: warden runs as root, where RLIMIT_NPROC does not apply, and no pids cgroup could be \
+                     created to bound limits.processes; mount the pids controller or set mode = \"best-effort\""
+                ),
+            ));
+        }
+        let run_as = if self.support.root {
+            std::fs::metadata(&walls.workspace).ok().map(|m| (m.uid(), m.gid())).filter(|(u, _)| *u != 0)
+        } else {
+            None
+        };
+        let processes = if self.support.root {
+            None
+        } else {
+            Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
+        };
+        let spec = SandboxSpec {
+            argv,
+            env: walls.env.clone(),
+            cwd: exec.cwd.clone(),
+            read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
+            write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
+            net_ports: if walls.net.is_empty() { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
+            limits: RlimitSpec {
+                cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
+                address_space: limits.memory,
+                processes,
+                open_files: u64::from(limits.open_files),
+                file_size: limits.file_size,
+            },
+            cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
+            run_as,
+            drop_caps: self.support.root,
+            require_landlock: self.mode == SandboxMode::Enforce,
+            require_seccomp: self.mode == SandboxMode::Enforce,
+            parent_pid: std::process::id(),
+        };
+        let spec_json = serde_json::to_vec(&spec)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
+
+        let started = Instant::now();
+        let mut child = Command::new(helper)
+            .arg(helper::HELPER_ARG)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                CallError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
+                )
+            })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            let _ = stdin.write_all(&spec_json);
+        }
+        let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
+        let overflow = Arc::new(AtomicBool::new(false));
+        let reader = |stream: Option<Box<dyn Read + Send>>| {
+            let overflow = overflow.clone();
+            std::thread::spawn(move || read_capped(stream, cap, pid, &overflow))
+        };
+        let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+        let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+
+        let ended = supervise(pid, limits.timeout);
+        let (stdout, out_total) = out_reader.join().unwrap_or_default();
+        let (stderr_raw, err_total) = err_reader.join().unwrap_or_default();
+        let hit_pids_max = cgroup.as_ref().is_some_and(limits::PidsCgroup::hit_max);
+        drop(cgroup);
+        let ended = ended?;
+        let elapsed = started.elapsed();
+
+        let (report, stderr) = split_report(&stderr_raw);
+        let report = report.unwrap_or_default();
+        if !report.ok {
+            let why = report.error.clone().unwrap_or_else(|| "the sandbox helper stopped before reporting".into());
+            let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
+            let hint = if report.exec_failed { " (is the program's directory in fs.read?)" } else { "" };
+            return Err(CallError::new(code, format!("{tool}: {why}{hint}")));
+        }
+
+        let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
+        let truncated =
+            overflow.load(Ordering::SeqCst) || out_total > stdout.len() as u64 || err_total > stderr_raw.len() as u64;
+        let usage = Usage {
+            cpu_ms: cpu.as_secs_f64() * 1000.0,
+            max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
+            output_bytes: out_total + err_total,
+            truncated,
+        };
+        let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
+            (Some(libc::WEXITSTATUS(ended.status)), None)
+        } else if libc::WIFSIGNALED(ended.status) {
+            (None, Some(libc::WTERMSIG(ended.status)))
+        } else {
+            (None, None)
+        };
+
+        if ended.timed_out {
+            let what = if hit_pids_max { " (it also hit limits.processes)" } else { "" };
+            return Err(CallError::new(
+                if hit_pids_max { ErrorCode::LimitExceeded } else { ErrorCode::Timeout },
+                format!(
+                    "{tool}: killed after {:.1}s (limits.timeout = {:?}){what}",
+                    elapsed.as_secs_f64(),
+                    limits.timeout
+                ),
+            ));
+        }
+        match signal {
+            Some(libc::SIGXCPU) => {
+                return Err(CallError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                ));
+            }
+            Some(libc::SIGXFSZ) => {
+                return Err(CallError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("{tool}: wrote a file past limits.file_size ({} bytes)", limits.file_size),
+                ));
+            }
+            _ => {}
+        }
+        if hit_pids_max && exit_code != Some(0) {
+            return Err(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
+            ));
+        }
+        let mut value = json!({
+            "exit_code": exit_code,
+            "stdout": String::from_utf8_lossy(&stdout),
+            "stderr": String::from_utf8_lossy(stderr),
+            "truncated": truncated,
+        });
+        if let Some(sig) = signal {
+            value["signal"] =
+                json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
+        }
+        if self.mode == SandboxMode::BestEffort {
+            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup});
+        }
+        Ok(RunOutput { value, usage })
+    }
+
+    /// What the process runtime enforces for these walls (before the helper confirms it).
+    pub fn report(&self, walls: &Walls) -> SandboxReport {
+        let enforce = self.mode == SandboxMode::Enforce;
+        SandboxReport {
+            runtime: "process",
+            landlock_abi: Some(self.support.landlock_abi.min(6)),
+            seccomp: self.support.seccomp || enforce,
+            rlimits: true,
+            uid: Some(
+                std::fs::metadata(&walls.workspace)
+                    .ok()
+                    .map(|m| m.uid())
+                    .filter(|u| self.support.root && *u != 0)
+                    .unwrap_or_else(|| nix::unistd::geteuid().as_raw()),
+            ),
+            dirs: walls
+                .dirs
+                .iter()
+                .map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" }))
+                .collect(),
+            net: walls.net.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+}
+
+/// Fills the argv template: each `{param}` with its string argument, `{tmp}` with the call's directory.
+fn fill_argv(
+    tool: &str,
+    exec: &ExecSpec,
+    args: &Value,
+    tmp: Option<&std::path::Path>,
+) -> Result<Vec<String>, CallError> {
+    let mut out = Vec::with_capacity(exec.argv.len());
+    for element in &exec.argv {
+        let mut s = element.clone();
+        for p in &exec.params {
+            let needle = format!("{{{p}}}");
+            if s.contains(&needle) {
+                let v = args.get(p).and_then(Value::as_str).ok_or_else(|| {
+                    CallError::new(ErrorCode::InvalidArgs, format!("{tool}: argument `{p}` must be a string"))
+                })?;
+                if v.contains('\0') {
+                    return Err(CallError::new(
+                        ErrorCode::InvalidArgs,
+                        format!("{tool}: argument `{p}` contains a NUL byte"),
+                    ));
+                }
+                s = s.replace(&needle, v);
+            }
+        }
+        if let Some(t) = tmp {
+            s = s.replace("{tmp}", &t.to_string_lossy());
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Reads `stream` keeping the first `cap` bytes; past the cap it kills the
+/// process group and drains the rest.
+fn read_capped(stream: Option<Box<dyn Read + Send>>, cap: usize, pgid: Pid, overflow: &AtomicBool) -> (Vec<u8>, u64) {
+    let Some(mut stream) = stream else { return (Vec::new(), 0) };
+    let mut kept = Vec::new();
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n as u64;
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                if n > room && !overflow.swap(true, Ordering::SeqCst) {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (kept, total)
+}
+
+/// Waits for the tool with a wall-clock limit, kills its whole process group
+/// (before reaping, so the group id cannot be reused), then reaps it.
+fn supervise(pid: Pid, timeout: Duration) -> Result<Ended, CallError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Wait for exit without reaping: the zombie keeps the pid and group id reserved.
+        let r = loop {
+            match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other.map(|_| ()),
+            }
+        };
+        let _ = tx.send(r);
+    });
+    let timed_out = match rx.recv_timeout(timeout) {
+        Ok(_) => false,
+        Err(_) => {
+            let _ = killpg(pid, Signal::SIGKILL);
+            let _ = rx.recv();
+            true
+        }
+    };
+    kill_group(pid);
+    let mut status = 0;
+    // SAFETY: rusage is plain data the kernel fills; status is a valid i32 out-pointer.
+    #[allow(unsafe_code)]
+    let (r, rusage) = unsafe {
+        let mut rusage: libc::rusage = std::mem::zeroed();
+        let r = libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage);
+        (r, rusage)
+    };
+    if r < 0 {
+        return Err(CallError::new(ErrorCode::Internal, format!("wait4: {}", std::io::Error::last_os_error())));
+    }
+    Ok(Ended { status, rusage, timed_out })
+}
+
+/// Sends SIGKILL to the group until nothing in it is left.
+fn kill_group(pgid: Pid) {
+    for _ in 0..1000 {
+        if let Err(nix::errno::Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
+            return;
+        }
+        // Only the zombie leader may remain: check whether any other member lives.
+        if !group_has_live_members(pgid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn group_has_live_members(pgid: Pid) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    dir.filter_map(Result::ok).any(|e| {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else { return false };
+        if pid == pgid.as_raw() {
+            return false;
+        }
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+            // Fields after the command (which may contain spaces): state ppid pgrp ...
+            stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid.as_raw()) && f.first() != Some(&"Z")
+            })
+        })
+    })
+}
+
+/// Splits the helper's report lines off the start of stderr.
+fn split_report(stderr: &[u8]) -> (Option<HelperReport>, &[u8]) {
+    let mut rest = stderr;
+    let mut report = None;
+    while rest.starts_with(REPORT_PREFIX.as_bytes()) {
+        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        let line = &rest[REPORT_PREFIX.len()..end];
+        if let Ok(r) = serde_json::from_slice::<HelperReport>(line) {
+            report = Some(r);
+        }
+        rest = &rest[(end + 1).min(rest.len())..];
+    }
+    (report, rest)
+}

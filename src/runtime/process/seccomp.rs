@@ -1,0 +1,196 @@
+//! The seccomp filters, built as pure data ([`build`]) and installed last,
+//! just before `execve` ([`apply_to_current_thread`]).
+//!
+//! * `socket()`: only `AF_UNIX` without a network grant; with one, also
+//!   `AF_INET`/`AF_INET6` with protocol 0, TCP or UDP, never raw or packet
+//!   (this also closes Landlock's MPTCP gap, protocol 262).
+//! * `ENOSYS`: `io_uring_*` (it bypasses the other rules), `clone3` (its flags
+//!   cannot be inspected, so libc falls back to `clone`), the new mount API.
+//! * `EPERM`: namespaces (`unshare`, `setns`, `clone` with namespace flags),
+//!   mounts, `ptrace`, `process_vm_*`, `bpf`, `perf_event_open`, `userfaultfd`,
+//!   keyrings, kexec, modules, handles, `reboot`, swap, `acct`, `personality`,
+//!   `setsid`/`setpgid` (so no descendant leaves the process group the host kills),
+//!   and `ioctl` `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits.
+//! * A first filter refuses x32 syscall numbers (bit 30) and kills on any
+//!   architecture but x86_64, so no alternate numbering reaches the rules.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+
+const EPERM: u32 = libc::EPERM as u32;
+const ENOSYS: u32 = libc::ENOSYS as u32;
+const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+const NAMESPACE_FLAGS: &[u64] = &[
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    0x80, // CLONE_NEWTIME
+];
+
+const ENOSYS_CALLS: &[i64] = &[
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_clone3,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+];
+
+const EPERM_CALLS: &[i64] = &[
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_personality,
+    libc::SYS_setsid,
+    libc::SYS_setpgid,
+];
+
+fn rule(conds: Vec<Cond>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conds).map_err(|e| e.to_string())
+}
+
+fn cond(arg: u8, len: Len, op: Op, value: u64) -> Result<Cond, String> {
+    Cond::new(arg, len, op, value).map_err(|e| e.to_string())
+}
+
+/// The x32/architecture guard, hand-assembled (seccompiler checks the
+/// architecture but not the x32 bit).
+fn x32_guard() -> BpfProgram {
+    let stmt = |code: u16, k: u32| sock_filter { code, jt: 0, jf: 0, k };
+    let jump = |code: u16, k: u32, jt: u8, jf: u8| sock_filter { code, jt, jf, k };
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x05 | 0x10;
+    const JGE_K: u16 = 0x05 | 0x30;
+    const RET_K: u16 = 0x06;
+    vec![
+        stmt(LD_W_ABS, 4), // seccomp_data.arch
+        jump(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        stmt(RET_K, 0x8000_0000), // SECCOMP_RET_KILL_PROCESS
+        stmt(LD_W_ABS, 0),        // seccomp_data.nr
+        jump(JGE_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(RET_K, 0x0005_0000 | EPERM), // SECCOMP_RET_ERRNO | EPERM
+        stmt(RET_K, 0x7fff_0000),         // SECCOMP_RET_ALLOW
+    ]
+}
+
+/// The filters, in the order they are installed. `net` allows IP sockets.
+pub fn build(net: bool) -> Result<Vec<BpfProgram>, String> {
+    let arch = TargetArch::x86_64;
+    let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction| -> Result<BpfProgram, String> {
+        let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(|e| e.to_string())?;
+        BpfProgram::try_from(filter).map_err(|e| e.to_string())
+    };
+
+    let enosys: BTreeMap<i64, Vec<SeccompRule>> = ENOSYS_CALLS.iter().map(|&n| (n, vec![])).collect();
+
+    let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = EPERM_CALLS.iter().map(|&n| (n, vec![])).collect();
+    let clone_rules = NAMESPACE_FLAGS
+        .iter()
+        .map(|&flag| rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?]))
+        .collect::<Result<Vec<_>, _>>()?;
+    eperm.insert(libc::SYS_clone, clone_rules);
+    eperm.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCSTI)?])?,
+            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCLINUX)?])?,
+        ],
+    );
+    let unix = libc::AF_UNIX as u64;
+    let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
+    let socket_rules = if net {
+        let mut rules = vec![rule(vec![
+            cond(0, Len::Dword, Op::Ne, unix)?,
+            cond(0, Len::Dword, Op::Ne, inet)?,
+            cond(0, Len::Dword, Op::Ne, inet6)?,
+        ])?];
+        for family in [inet, inet6] {
+            rules.push(rule(vec![
+                cond(0, Len::Dword, Op::Eq, family)?,
+                cond(2, Len::Dword, Op::Ne, 0)?,
+                cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
+                cond(2, Len::Dword, Op::Ne, libc::IPPROTO_UDP as u64)?,
+            ])?);
+            // Raw and packet sockets, whatever the protocol.
+            rules.push(rule(vec![
+                cond(0, Len::Dword, Op::Eq, family)?,
+                cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
+            ])?);
+        }
+        rules
+    } else {
+        vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?]
+    };
+    eperm.insert(libc::SYS_socket, socket_rules);
+    // socketpair only makes AF_UNIX pairs; refuse anything else for clarity.
+    eperm.insert(libc::SYS_socketpair, vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?]);
+
+    Ok(vec![x32_guard(), compile(enosys, SeccompAction::Errno(ENOSYS))?, compile(eperm, SeccompAction::Errno(EPERM))?])
+}
+
+/// Installs `filters` on the calling thread (inherited across `execve`). Needs `NO_NEW_PRIVS`.
+pub fn apply_to_current_thread(filters: &[BpfProgram]) -> Result<(), String> {
+    for f in filters {
+        seccompiler::apply_filter(f).map_err(|e| format!("cannot install the seccomp filter: {e}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_build_for_both_network_settings() {
+        for net in [false, true] {
+            let filters = build(net).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(filters.len(), 3);
+            assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));
+        }
+    }
+
+    #[test]
+    fn the_x32_guard_checks_the_architecture_first() {
+        let g = x32_guard();
+        assert_eq!(g[0].k, 4);
+        assert_eq!(g[1].k, AUDIT_ARCH_X86_64);
+    }
+}

@@ -1,0 +1,76 @@
+//! What the host tells the sandbox helper: everything the helper needs to
+//! confine itself and exec the tool, as one JSON document on the helper's stdin.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole sandbox of one process call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// The program (absolute) and its arguments.
+    pub argv: Vec<String>,
+    /// The whole environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Paths readable (and executable).
+    pub read: Vec<PathBuf>,
+    /// Paths readable, writable and executable.
+    pub write: Vec<PathBuf>,
+    /// TCP ports `connect` may reach; sockets other than AF_UNIX are refused when `None`.
+    pub net_ports: Option<Vec<u16>>,
+    /// Resource limits.
+    pub limits: RlimitSpec,
+    /// A pids cgroup (its `cgroup.procs` file) the helper joins before anything else.
+    pub cgroup_procs: Option<PathBuf>,
+    /// Run as this uid and gid (only when warden runs as root).
+    pub run_as: Option<(u32, u32)>,
+    /// Drop every capability and lock the securebits (when running as root).
+    pub drop_caps: bool,
+    /// Fail unless Landlock is fully enforced at ABI 4 or newer.
+    pub require_landlock: bool,
+    /// Fail unless the seccomp filter is installed.
+    pub require_seccomp: bool,
+    /// The host's pid: the helper exits if its parent is not this process.
+    pub parent_pid: u32,
+}
+
+/// The rlimits of one call.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RlimitSpec {
+    /// `RLIMIT_CPU` in seconds.
+    pub cpu_secs: u64,
+    /// `RLIMIT_AS` in bytes.
+    pub address_space: u64,
+    /// `RLIMIT_NPROC` (when not root; root is bounded by the cgroup).
+    pub processes: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
+    /// `RLIMIT_FSIZE` in bytes.
+    pub file_size: u64,
+}
+
+/// What the helper reports on the first line of stderr, before it execs the tool.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HelperReport {
+    /// Set up and about to exec.
+    pub ok: bool,
+    /// Why not, when not.
+    pub error: Option<String>,
+    /// Whether the error is the exec itself (the sandbox was fine).
+    pub exec_failed: bool,
+    /// Landlock ABI enforced (0: none).
+    pub landlock_abi: u32,
+    /// Whether the seccomp filter is installed.
+    pub seccomp: bool,
+    /// Whether the rlimits are set.
+    pub rlimits: bool,
+    /// The uid the tool runs as.
+    pub uid: u32,
+    /// Whether the pids cgroup holds the tree.
+    pub cgroup: bool,
+}
+
+/// Marks the helper's report line on stderr.
+pub const REPORT_PREFIX: &str = "\u{1}warden-sandbox ";
