@@ -14,7 +14,9 @@ use super::spec::RlimitSpec;
 pub fn apply_rlimits(l: &RlimitSpec) -> Result<(), String> {
     let set = |r: Resource, v: u64, what: &str| setrlimit(r, v, v).map_err(|e| format!("cannot set {what}: {e}"));
     set(Resource::RLIMIT_CORE, 0, "RLIMIT_CORE")?;
-    set(Resource::RLIMIT_CPU, l.cpu_secs.max(1), "RLIMIT_CPU")?;
+    // The soft limit sends SIGXCPU (reported as LIMIT_EXCEEDED); the hard one, a second later, SIGKILL.
+    let cpu = l.cpu_secs.max(1);
+    setrlimit(Resource::RLIMIT_CPU, cpu, cpu + 1).map_err(|e| format!("cannot set RLIMIT_CPU: {e}"))?;
     set(Resource::RLIMIT_AS, l.address_space, "RLIMIT_AS")?;
     set(Resource::RLIMIT_NOFILE, l.open_files, "RLIMIT_NOFILE")?;
     set(Resource::RLIMIT_FSIZE, l.file_size, "RLIMIT_FSIZE")?;

@@ -249,8 +249,15 @@ impl ProcessRuntime {
                 ),
             ));
         }
+        let cpu_spent = signal == Some(libc::SIGKILL) && cpu + Duration::from_millis(50) >= limits.cpu;
         match signal {
             Some(libc::SIGXCPU) => {
+                return Err(CallError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                ));
+            }
+            Some(libc::SIGKILL) if cpu_spent => {
                 return Err(CallError::new(
                     ErrorCode::LimitExceeded,
                     format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),

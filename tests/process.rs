@@ -1,0 +1,443 @@
+//! Process tools under rlimits, Landlock and seccomp: every escape here is
+//! really attempted by a real program inside the sandbox, and really refused.
+//! Run as root (as CI does), these also prove that uid 0 without capabilities
+//! cannot read `/etc/shadow`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use util::{Env, Run, SECRET};
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A policy with one `shell` tool at tier auto; `extra` goes inside its table.
+fn policy(env: &Env, extra: &str, limits: &str) -> String {
+    let text = format!(
+        "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{{system}}\", \"{{workspace}}\"{extra}]\nfs.write = [\"{{workspace}}\", \"{{tmp}}\"]\n\
+         env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\nlimits = {{ {limits} }}\n"
+    );
+    let path = env.root.path().join("policy.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn shell_with(env: &Env, policy: &str, command: &str) -> Run {
+    env.run(&["--policy", policy, "call", "shell", &json!({ "command": command }).to_string()])
+}
+
+fn shell(env: &Env, command: &str) -> Run {
+    let p = policy(env, "", "timeout = \"10s\"");
+    shell_with(env, &p, command)
+}
+
+fn result(r: &Run) -> Value {
+    let doc = r.json();
+    assert_eq!(doc["status"], "success", "{r:?}");
+    doc["result"].clone()
+}
+
+fn python(env: &Env, script: &str) -> Run {
+    if !Path::new(PYTHON).exists() {
+        panic!("{PYTHON} is needed for this test (Debian package python3)");
+    }
+    std::fs::write(env.ws.join("probe.py"), script).unwrap();
+    shell(env, &format!("{PYTHON} probe.py"))
+}
+
+/// Live (non-zombie) processes whose command line contains `marker`.
+fn survivors(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let dir = e.path();
+        let Ok(cmd) = std::fs::read(dir.join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let state = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let zombie = state.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+        if cmd.contains(marker) && !zombie && !cmd.contains("cargo") {
+            found.push(format!("{}: {cmd}", dir.display()));
+        }
+    }
+    found
+}
+
+#[test]
+fn shell_echo_under_the_default_policy() {
+    let env = Env::new();
+    let r = env.call(&["--approve", "yes"], "shell", r#"{"command":"echo hi"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    let res = result(&r);
+    assert_eq!((res["stdout"].as_str(), res["exit_code"].as_i64()), (Some("hi\n"), Some(0)));
+    let rec = env.audit_records().pop().unwrap();
+    assert_eq!(rec["sandbox"]["runtime"], "process");
+    assert!(rec["usage"]["cpu_ms"].is_number());
+}
+
+#[test]
+fn a_failing_program_is_a_successful_call_with_its_exit_code() {
+    let env = Env::new();
+    let r = shell(&env, "echo out; echo err >&2; exit 3");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(result(&r), json!({"exit_code": 3, "stdout": "out\n", "stderr": "err\n", "truncated": false}));
+}
+
+#[test]
+fn reads_outside_the_grants_are_refused_even_as_root() {
+    let env = Env::new();
+    let secret = env.outside.join("secret.txt");
+    let home_file = env.root.path().join("home-secret");
+    std::fs::write(&home_file, SECRET).unwrap();
+    for target in [Path::new("/etc/shadow"), Path::new("/root/.bashrc"), secret.as_path(), home_file.as_path()] {
+        if !target.exists() {
+            continue;
+        }
+        let r = shell(&env, &format!("cat {}", target.display()));
+        let res = result(&r);
+        assert_ne!(res["exit_code"], 0, "{target:?}: {r:?}");
+        assert!(res["stderr"].as_str().unwrap().contains("Permission denied"), "{target:?}: {r:?}");
+        assert!(!r.stdout.contains(SECRET) && !r.stdout.contains("root:"), "{target:?} leaked: {r:?}");
+    }
+    let r = shell(&env, "ls /root; ls /etc | head -3");
+    assert!(result(&r)["stderr"].as_str().unwrap().contains("Permission denied"), "{r:?}");
+}
+
+#[test]
+fn writes_outside_fs_write_are_refused() {
+    let env = Env::new();
+    let outside_new = env.outside.join("new.txt");
+    let tmp_escape = std::env::temp_dir().join(format!("warden-escape-{}", std::process::id()));
+    let cmd = format!(
+        "echo pwned > {}; echo pwned > {}; echo pwned >> {}; rm -f {}; mv {} {}/moved; touch /usr/pwned",
+        outside_new.display(),
+        tmp_escape.display(),
+        env.outside.join("secret.txt").display(),
+        env.outside.join("secret.txt").display(),
+        env.outside.join("secret.txt").display(),
+        env.ws.display()
+    );
+    let r = shell(&env, &cmd);
+    let stderr = result(&r)["stderr"].as_str().unwrap().to_string();
+    assert!(stderr.matches("Permission denied").count() >= 4, "{stderr}");
+    assert!(!outside_new.exists() && !tmp_escape.exists() && !Path::new("/usr/pwned").exists());
+    assert_eq!(std::fs::read_to_string(env.outside.join("secret.txt")).unwrap(), SECRET);
+    // Inside the workspace, writing works.
+    let r = shell(&env, "echo ok > inside.txt && cat inside.txt");
+    assert_eq!(result(&r)["stdout"], "ok\n");
+}
+
+#[test]
+fn links_and_proc_root_do_not_lead_outside() {
+    let env = Env::new();
+    std::os::unix::fs::symlink(env.outside.join("secret.txt"), env.ws.join("link")).unwrap();
+    let p = policy(&env, ", \"/proc\"", "timeout = \"10s\"");
+    let secret = env.outside.join("secret.txt");
+    let cmd = format!(
+        "cat link; cat /proc/self/root{}; ln {} hard; cat hard; ln -s {} made; cat made",
+        secret.display(),
+        secret.display(),
+        secret.display()
+    );
+    let r = shell_with(&env, &p, &cmd);
+    let res = result(&r);
+    assert!(!r.stdout.contains(SECRET), "leaked: {r:?}");
+    assert!(res["stderr"].as_str().unwrap().matches("Permission denied").count() >= 3, "{r:?}");
+    assert!(!env.ws.join("hard").exists(), "a hardlink to a file outside was created");
+}
+
+#[test]
+fn status_shows_no_new_privs_seccomp_no_capabilities_and_only_stdio() {
+    let env = Env::new();
+    let p = policy(&env, ", \"/proc\"", "timeout = \"10s\"");
+    std::fs::write(
+        env.ws.join("fds.py"),
+        "import os\nfor f in sorted(os.listdir('/proc/self/fd'), key=int):\n    print(f, os.readlink('/proc/self/fd/' + f))\n",
+    )
+    .unwrap();
+    let r = shell_with(
+        &env,
+        &p,
+        &format!(
+            "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapPrm|CapBnd|CapAmb):' /proc/self/status; exec {PYTHON} fds.py"
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    for want in [
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in {out}");
+    }
+    for line in out.lines().filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit())) {
+        let (fd, target) = line.split_once(' ').unwrap();
+        let fd: u32 = fd.parse().unwrap();
+        // Beyond 0-2 only the directory listing itself may be open.
+        assert!(fd <= 2 || target.ends_with("/fd"), "inherited fd {fd} -> {target}\n{out}");
+    }
+}
+
+#[test]
+fn no_network_without_a_grant() {
+    let env = Env::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let uport = udp.local_addr().unwrap().port();
+
+    let r = shell(&env, &format!("echo x > /dev/tcp/127.0.0.1/{port} && echo CONNECTED"));
+    assert!(!result(&r)["stdout"].as_str().unwrap().contains("CONNECTED"), "{r:?}");
+    let r = python(
+        &env,
+        &format!(
+            "import socket\n\
+             for name, make in [('tcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),\n\
+                                ('tcp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM)),\n\
+                                ('mptcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)),\n\
+                                ('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)),\n\
+                                ('packet', lambda: socket.socket(17, socket.SOCK_RAW, 0)),\n\
+                                ('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))]:\n\
+             \x20   try:\n\
+             \x20       s = make()\n\
+             \x20       if name == 'udp':\n\
+             \x20           s.sendto(b'x', ('127.0.0.1', {uport}))\n\
+             \x20       else:\n\
+             \x20           s.connect(('127.0.0.1', {port}))\n\
+             \x20       print(name, 'ESCAPED')\n\
+             \x20   except OSError as e:\n\
+             \x20       print(name, 'refused', e.errno)\n"
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(!out.contains("ESCAPED"), "{out}");
+    assert_eq!(out.matches("refused 1").count(), 6, "every socket() refused with EPERM: {out} {r:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(listener.accept().is_err(), "a TCP connection arrived");
+    assert!(udp.recv_from(&mut [0u8; 8]).is_err(), "a UDP datagram arrived");
+}
+
+#[test]
+fn a_network_grant_opens_exactly_its_port() {
+    let env = Env::new();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    granted.set_nonblocking(true).unwrap();
+    other.set_nonblocking(true).unwrap();
+    let (gp, op) = (granted.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+    let text = std::fs::read_to_string(policy(&env, "", "timeout = \"10s\"")).unwrap()
+        + &format!("net.connect = [\"127.0.0.1:{gp}\"]\n");
+    // net.connect must sit inside [tools.shell]: append before any later table (there is none).
+    let p = env.root.path().join("net.toml");
+    std::fs::write(&p, text).unwrap();
+    let p = p.display().to_string();
+    let r = shell_with(
+        &env,
+        &p,
+        &format!(
+            "echo a > /dev/tcp/127.0.0.1/{gp} && echo GRANTED-OK; echo b > /dev/tcp/127.0.0.1/{op} && echo OTHER-OK"
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("GRANTED-OK"), "{r:?}");
+    assert!(!out.contains("OTHER-OK"), "{r:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(granted.accept().is_ok());
+    assert!(other.accept().is_err());
+}
+
+#[test]
+fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
+    let env = Env::new();
+    let r = shell(&env, "unshare -U true && echo UNSHARED; mount -t tmpfs none /tmp && echo MOUNTED; echo done");
+    let res = result(&r);
+    let out = res["stdout"].as_str().unwrap();
+    assert!(!out.contains("UNSHARED") && !out.contains("MOUNTED") && out.contains("done"), "{r:?}");
+    let r = python(
+        &env,
+        "import ctypes, os, errno\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def sc(*a):\n\
+         \x20   r = libc.syscall(*[ctypes.c_long(x) for x in a])\n\
+         \x20   return 'ok' if r >= 0 else errno.errorcode[ctypes.get_errno()]\n\
+         print('ptrace', sc(101, 16, os.getppid(), 0, 0))\n\
+         print('io_uring_setup', sc(425, 8, 0))\n\
+         print('chroot', sc(161, 0))\n\
+         print('unshare', sc(272, 0x10000000))\n\
+         print('clone_newuser', sc(56, 0x10000000 | 17, 0, 0, 0, 0))\n\
+         print('setsid', sc(112))\n\
+         print('bpf', sc(321, 0, 0, 0))\n\
+         print('tiocsti', sc(16, 0, 0x5412, 0))\n\
+         print('tiocsti_high', sc(16, 0, 0x5412 | (1 << 32), 0))\n\
+         print('x32_getpid', sc(0x40000000 | 39))\n",
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    for (call, want) in [
+        ("ptrace", "EPERM"),
+        ("io_uring_setup", "ENOSYS"),
+        ("chroot", "EPERM"),
+        ("unshare", "EPERM"),
+        ("clone_newuser", "EPERM"),
+        ("setsid", "EPERM"),
+        ("bpf", "EPERM"),
+        ("tiocsti", "EPERM"),
+        ("tiocsti_high", "EPERM"),
+        ("x32_getpid", "EPERM"),
+    ] {
+        assert!(out.contains(&format!("{call} {want}\n")), "{call}: expected {want} in {out} {r:?}");
+    }
+}
+
+#[test]
+fn a_fork_bomb_is_contained_and_nothing_survives() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"3s\", processes = 32");
+    let marker = "forkbomb7c1e";
+    let r = shell_with(&env, &p, &format!("{marker}() {{ {marker} | {marker} & }}; {marker}; sleep 30"));
+    let code = r.error_code();
+    assert!(code == "LIMIT_EXCEEDED" || code == "TIMEOUT", "{r:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(survivors(marker), Vec::<String>::new());
+}
+
+#[test]
+fn memory_cpu_and_wall_clock_limits_hold() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"10s\", memory = \"256MiB\"");
+    let r = shell_with(&env, &p, &format!("{PYTHON} -c 'a = bytearray(1 << 30)'"));
+    let res = result(&r);
+    assert_ne!(res["exit_code"], 0, "{r:?}");
+    assert!(res["stderr"].as_str().unwrap().contains("MemoryError"), "{r:?}");
+
+    let p = policy(&env, "", "timeout = \"10s\", cpu = \"1s\"");
+    let r = shell_with(&env, &p, "while :; do :; done");
+    assert_eq!(r.error_code(), "LIMIT_EXCEEDED", "{r:?}");
+    assert_eq!(r.code, 4);
+
+    let p = policy(&env, "", "timeout = \"1s\"");
+    let r = shell_with(&env, &p, "sleep 1000.4242");
+    assert_eq!(r.error_code(), "TIMEOUT", "{r:?}");
+    assert!(r.json()["duration_ms"].as_f64().unwrap() < 5000.0, "{r:?}");
+    assert_eq!(survivors("1000.4242"), Vec::<String>::new());
+}
+
+#[test]
+fn daemons_do_not_outlive_their_call() {
+    let env = Env::new();
+    let r = shell(
+        &env,
+        "setsid sleep 1000.1111 & (sleep 1000.2222 &) ; nohup sleep 1000.3333 >/dev/null 2>&1 & disown; echo started",
+    );
+    assert_eq!(result(&r)["stdout"], "started\n", "{r:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    for marker in ["1000.1111", "1000.2222", "1000.3333"] {
+        assert_eq!(survivors(marker), Vec::<String>::new(), "{marker} survived");
+    }
+}
+
+#[test]
+fn floods_are_capped_without_deadlock() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"20s\", max_output = \"64KiB\"");
+    let r = shell_with(&env, &p, "yes");
+    let res = result(&r);
+    assert_eq!(res["truncated"], true, "{r:?}");
+    assert!(res["stdout"].as_str().unwrap().len() <= 64 << 10);
+    let r = shell_with(
+        &env,
+        &p,
+        "head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2; echo END",
+    );
+    let doc = r.json();
+    assert_eq!(doc["status"], "success", "{r:?}");
+    assert_eq!(doc["truncated"], true);
+    assert!(serde_json::to_vec(&doc["result"]).unwrap().len() <= 64 << 10);
+}
+
+#[test]
+fn writing_past_file_size_is_refused() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"10s\", file_size = \"1MiB\"");
+    let r = shell_with(&env, &p, "dd if=/dev/zero of=big bs=1M count=8");
+    let code = r.error_code();
+    let refused = code == "LIMIT_EXCEEDED" || r.json()["result"]["exit_code"].as_i64().is_some_and(|c| c != 0);
+    assert!(refused, "{r:?}");
+    assert!(std::fs::metadata(env.ws.join("big")).map(|m| m.len()).unwrap_or(0) <= 1 << 20);
+}
+
+#[test]
+fn git_tools_work_and_arguments_are_never_commands() {
+    let env = Env::new();
+    let git = |args: &[&str]| {
+        let s = std::process::Command::new("git").args(args).current_dir(&env.ws).output().unwrap();
+        assert!(s.status.success(), "{s:?}");
+    };
+    git(&["init", "-q"]);
+    env.write("a.txt", "one\n");
+    git(&["add", "a.txt"]);
+    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "first commit"]);
+    env.write("a.txt", "one\ntwo\n");
+    let r = env.call(&[], "git_status", "{}");
+    assert!(result(&r)["stdout"].as_str().unwrap().contains(" M a.txt"), "{r:?}");
+    let r = env.call(&[], "git_log", "{}");
+    assert!(result(&r)["stdout"].as_str().unwrap().contains("first commit"), "{r:?}");
+    let r = env.call(&[], "git_diff", r#"{"path":"a.txt"}"#);
+    assert!(result(&r)["stdout"].as_str().unwrap().contains("+two"), "{r:?}");
+    let r = env.call(&[], "git_diff", r#"{"path":"; rm -rf / ; touch pwned"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!env.ws.join("pwned").exists());
+    assert!(env.ws.join("a.txt").exists());
+    let r = env.call(&[], "git_diff", "{}");
+    assert_eq!(r.error_code(), "INVALID_ARGS", "{r:?}");
+}
+
+#[test]
+fn shell_rules_auto_only_simple_commands_and_deny_rm_rf_root() {
+    let env = Env::new();
+    env.write("f.txt", "content\n");
+    let r = env.call(&[], "shell", r#"{"command":"cat f.txt"}"#);
+    assert_eq!(result(&r)["stdout"], "content\n", "{r:?}");
+    let r = env.call(&[], "shell", r#"{"command":"cat f.txt; touch pwned"}"#);
+    assert_eq!(r.error_code(), "APPROVAL_REQUIRED", "{r:?}");
+    let r = env.call(&[], "shell", r#"{"command":"cat f.txt $(touch pwned)"}"#);
+    assert_eq!(r.error_code(), "APPROVAL_REQUIRED", "{r:?}");
+    assert!(!env.ws.join("pwned").exists());
+    let r = env.call(&["--approve", "yes"], "shell", r#"{"command":"rm -rf /"}"#);
+    assert_eq!((r.code, r.error_code().as_str()), (3, "DENIED"), "{r:?}");
+    assert!(r.stdout.contains("recursive delete of the root"));
+}
+
+#[test]
+fn a_missing_program_is_reported_not_run() {
+    let env = Env::new();
+    let path = env.root.path().join("p.toml");
+    std::fs::write(&path, "version = 1\n[tools.nope]\nexec = [\"/usr/bin/definitely-not-here\"]\ntier = \"auto\"\n")
+        .unwrap();
+    let r = env.run(&["--policy", path.to_str().unwrap(), "call", "nope", "{}"]);
+    assert_eq!((r.code, r.error_code().as_str()), (5, "SANDBOX_UNAVAILABLE"), "{r:?}");
+    assert!(r.stdout.contains("definitely-not-here"));
+}
+
+#[test]
+fn best_effort_results_say_what_was_enforced() {
+    let env = Env::new();
+    let text = std::fs::read_to_string(policy(&env, "", "timeout = \"10s\"")).unwrap().replacen(
+        "version = 1\n",
+        "version = 1\n[sandbox]\nmode = \"best-effort\"\n",
+        1,
+    );
+    let p = env.root.path().join("be.toml");
+    std::fs::write(&p, text).unwrap();
+    let r = shell_with(&env, p.to_str().unwrap(), "true");
+    let res = result(&r);
+    assert!(res["sandbox"]["landlock_abi"].as_u64().unwrap() >= 4, "{r:?}");
+    assert_eq!(res["sandbox"]["seccomp"], true);
+}
