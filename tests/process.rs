@@ -441,3 +441,31 @@ fn best_effort_results_say_what_was_enforced() {
     assert!(res["sandbox"]["landlock_abi"].as_u64().unwrap() >= 4, "{r:?}");
     assert_eq!(res["sandbox"]["seccomp"], true);
 }
+
+#[test]
+fn the_environment_is_only_what_the_policy_passes_and_sets() {
+    let env = Env::new();
+    let r = shell(&env, "env | cut -d= -f1 | sort | tr '\\n' ' '");
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    let names: Vec<&str> = out.split_whitespace().collect();
+    // bash adds PWD, SHLVL and _ itself; everything else comes from the policy.
+    let unexpected: Vec<&&str> = names.iter().filter(|n| !["HOME", "PATH", "PWD", "SHLVL", "_"].contains(n)).collect();
+    assert!(unexpected.is_empty(), "leaked variables: {unexpected:?} ({r:?})");
+    let r = shell(&env, "echo $HOME; test -d $HOME && touch $HOME/t && echo TMP-WRITABLE");
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("/warden-") && out.contains("TMP-WRITABLE"), "{r:?}");
+    let tmp = out.lines().next().unwrap().to_string();
+    assert!(!Path::new(&tmp).exists(), "{{tmp}} {tmp} outlived its call");
+}
+
+#[test]
+fn as_root_the_tool_runs_as_the_workspace_owner() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to hand the workspace to another user");
+        return;
+    }
+    let env = Env::new();
+    std::os::unix::fs::chown(&env.ws, Some(65534), Some(65534)).unwrap();
+    let r = shell(&env, "id -u; id -g; touch mine && stat -c %u mine");
+    assert_eq!(result(&r)["stdout"], "65534\n65534\n65534\n", "{r:?}");
+}

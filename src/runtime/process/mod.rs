@@ -463,3 +463,47 @@ fn split_report(stderr: &[u8]) -> (Option<HelperReport>, &[u8]) {
     }
     (report, rest)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime(mode: SandboxMode, landlock_abi: u32, seccomp: bool) -> ProcessRuntime {
+        ProcessRuntime { helper: None, mode, support: HostSupport { landlock_abi, seccomp, root: false } }
+    }
+
+    #[test]
+    fn enforce_mode_refuses_a_kernel_without_landlock_or_seccomp() {
+        for (abi, seccomp) in [(0, true), (3, true), (6, false)] {
+            let e = runtime(SandboxMode::Enforce, abi, seccomp).check_support("shell").err();
+            let e = e.unwrap_or_else(|| panic!("abi {abi} seccomp {seccomp} was accepted"));
+            assert_eq!(e.code, ErrorCode::SandboxUnavailable);
+            assert!(e.message.contains("best-effort"), "{}", e.message);
+        }
+        assert!(runtime(SandboxMode::Enforce, 4, true).check_support("shell").is_ok());
+        assert!(runtime(SandboxMode::BestEffort, 0, false).check_support("shell").is_ok());
+    }
+
+    #[test]
+    fn arguments_fill_whole_elements() {
+        let exec = ExecSpec {
+            argv: vec!["/usr/bin/git".into(), "diff".into(), "--".into(), "{path}".into(), "--x={path}".into()],
+            params: vec!["path".into()],
+            cwd: "/".into(),
+            input_schema: None,
+        };
+        let argv = fill_argv("git_diff", &exec, &json!({"path": "; rm -rf / $(id)"}), None).unwrap_or_default();
+        assert_eq!(argv, ["/usr/bin/git", "diff", "--", "; rm -rf / $(id)", "--x=; rm -rf / $(id)"]);
+        assert!(fill_argv("git_diff", &exec, &json!({"path": "a\0b"}), None).is_err());
+    }
+
+    #[test]
+    fn the_helper_report_is_split_off_stderr() {
+        let text = format!(
+            "{REPORT_PREFIX}{{\"ok\":true,\"error\":null,\"exec_failed\":false,\"landlock_abi\":6,\"seccomp\":true,\"rlimits\":true,\"uid\":0,\"cgroup\":true}}\nreal stderr\n"
+        );
+        let (report, rest) = split_report(text.as_bytes());
+        assert_eq!(report.map(|r| r.landlock_abi), Some(6));
+        assert_eq!(rest, b"real stderr\n");
+    }
+}
