@@ -5,7 +5,10 @@
 //! * warden in-process: `Executor::call(read_file)`, warm engine, a fresh instance
 //!   per call, the audit record fsynced to a file;
 //! * `cat` of the file as a process;
-//! * `warden call read_file` as a whole process, warm compile cache and empty cache.
+//! * `warden call read_file` as a whole process, warm compile cache and empty cache;
+//! * process tools: a bare `sh -c true` spawn, warden's `shell` running `true`
+//!   through the whole pipeline (engine loaded), `bwrap --ro-bind / / true` and
+//!   `firejail --noprofile true` when installed.
 //!
 //! Prints a table of medians and ratios and writes `target/bench.json`.
 
@@ -52,11 +55,12 @@ fn main() {
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
     let policy = Policy::embedded_default(&ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
+    let warden_bin = env!("CARGO_BIN_EXE_warden");
     let exec = Executor::new(
         policy,
-        Approver::new(ApproveMode::Deny),
+        Approver::new(ApproveMode::Yes),
         log,
-        warden::Options { cache_dir: Some(cache.clone()), sandbox_helper: None },
+        warden::Options { cache_dir: Some(cache.clone()), sandbox_helper: Some(warden_bin.into()) },
     )
     .unwrap();
     let call = || {
@@ -75,9 +79,8 @@ fn main() {
         let s = Command::new("cat").arg(&file).stdout(Stdio::null()).status().unwrap();
         assert!(s.success());
     });
-    let warden = env!("CARGO_BIN_EXE_warden");
     let cli = |cache: &Path| {
-        let out = Command::new(warden)
+        let out = Command::new(warden_bin)
             .current_dir(&ws)
             .args(["--audit-log"])
             .arg(dir.path().join("cli-audit.jsonl"))
@@ -97,13 +100,45 @@ fn main() {
         cli(&dir.path().join(format!("empty-cache-{i}")));
     });
 
+    let spawn = |program: &str, args: &[&str]| {
+        let s = Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
+        assert!(s.success(), "{program} {args:?}");
+    };
+    let bare = measure(300, || spawn("/bin/sh", &["-c", "true"]));
+    let shell = || {
+        let r = exec.call(ToolCall::new("shell", json!({"command": "true"})));
+        assert_eq!(r.exit_code(), 0, "{r:?}");
+    };
+    shell();
+    let shell_true = measure(300, shell);
+    let mut extra = Vec::new();
+    if Path::new("/usr/bin/bwrap").exists() {
+        let v = measure(300, || spawn("/usr/bin/bwrap", &["--ro-bind", "/", "/", "/bin/true"]));
+        extra.push(("bwrap --ro-bind / / true", percentile(v.clone(), 0.5), percentile(v, 0.95)));
+    }
+    if Path::new("/usr/bin/firejail").exists() {
+        let ok = Command::new("/usr/bin/firejail")
+            .args(["--quiet", "--noprofile", "/bin/true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            let v = measure(50, || spawn("/usr/bin/firejail", &["--quiet", "--noprofile", "/bin/true"]));
+            extra.push(("firejail --noprofile true", percentile(v.clone(), 0.5), percentile(v, 0.95)));
+        }
+    }
+
     let rows = [
         ("std::fs::read 4KiB in-process (floor)", percentile(floor.clone(), 0.5), percentile(floor, 0.95)),
         ("warden read_file in-process, whole pipeline", percentile(pipeline.clone(), 0.5), percentile(pipeline, 0.95)),
         ("cat of the file as a process", percentile(cat.clone(), 0.5), percentile(cat, 0.95)),
         ("warden call read_file process, warm cache", percentile(cli_warm.clone(), 0.5), percentile(cli_warm, 0.95)),
         ("warden call read_file process, empty cache", percentile(cli_cold.clone(), 0.5), percentile(cli_cold, 0.95)),
+        ("bare sh -c true spawn", percentile(bare.clone(), 0.5), percentile(bare, 0.95)),
+        ("warden shell `true`, whole pipeline", percentile(shell_true.clone(), 0.5), percentile(shell_true, 0.95)),
     ];
+    let rows: Vec<_> = rows.into_iter().chain(extra).collect();
     let base = us(rows[1].1);
     println!("{:<46} {:>12} {:>12} {:>16}", "case", "p50 µs", "p95 µs", "p50 / pipeline");
     let mut json_rows = Vec::new();

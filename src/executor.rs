@@ -354,7 +354,7 @@ impl Executor {
 
         // Run.
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
-        let RunOutput { value, usage } = match (&spec.runner, &ready.plugin) {
+        let RunOutput { value, usage, sandbox } = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) => {
                 trace.sandbox = Some(self.processes.report(&walls));
                 self.processes.call(name, exec, &call.args, &walls, tmp.as_ref().map(|t| t.path.as_path()))?
@@ -367,6 +367,9 @@ impl Executor {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
             }
         };
+        if sandbox.is_some() {
+            trace.sandbox = sandbox;
+        }
         let streams_truncated = usage.truncated;
         trace.usage = Some(usage);
 

@@ -84,7 +84,15 @@ fn a_failing_program_is_a_successful_call_with_its_exit_code() {
     let env = Env::new();
     let r = shell(&env, "echo out; echo err >&2; exit 3");
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(result(&r), json!({"exit_code": 3, "stdout": "out\n", "stderr": "err\n", "truncated": false}));
+    let res = result(&r);
+    assert_eq!(
+        (&res["exit_code"], &res["stdout"], &res["stderr"], &res["truncated"]),
+        (&json!(3), &json!("out\n"), &json!("err\n"), &json!(false))
+    );
+    assert!(res["cpu_ms"].is_number() && res["max_rss_kb"].as_u64().unwrap() > 0, "{res}");
+    let rec = env.audit_records().pop().unwrap();
+    assert_eq!((rec["sandbox"]["seccomp"].as_bool(), rec["sandbox"]["rlimits"].as_bool()), (Some(true), Some(true)));
+    assert!(rec["sandbox"]["landlock_abi"].as_u64().unwrap() >= 4, "{rec}");
 }
 
 #[test]
@@ -223,6 +231,34 @@ fn no_network_without_a_grant() {
     std::thread::sleep(Duration::from_millis(50));
     assert!(listener.accept().is_err(), "a TCP connection arrived");
     assert!(udp.recv_from(&mut [0u8; 8]).is_err(), "a UDP datagram arrived");
+}
+
+#[test]
+fn daemon_sockets_are_unreachable_even_where_landlock_does_not_look() {
+    let env = Env::new();
+    // A listening unix socket outside every grant, like /run/docker.sock would be.
+    let path = env.outside.join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let r = python(
+        &env,
+        &format!(
+            "import socket\n\
+             try:\n\
+             \x20   s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+             \x20   s.connect({:?})\n\
+             \x20   print('ESCAPED')\n\
+             except OSError as e:\n\
+             \x20   print('refused', e.errno)\n\
+             a, b = socket.socketpair()\n\
+             a.send(b'pair'); print(b.recv(4).decode())\n",
+            path.display().to_string()
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("refused 1") && !out.contains("ESCAPED"), "{out} {r:?}");
+    assert!(out.contains("pair"), "socketpair should still work: {out} {r:?}");
+    assert!(listener.accept().is_err(), "a connection reached the daemon socket");
 }
 
 #[test]
@@ -466,6 +502,6 @@ fn as_root_the_tool_runs_as_the_workspace_owner() {
     }
     let env = Env::new();
     std::os::unix::fs::chown(&env.ws, Some(65534), Some(65534)).unwrap();
-    let r = shell(&env, "id -u; id -g; touch mine && stat -c %u mine");
-    assert_eq!(result(&r)["stdout"], "65534\n65534\n65534\n", "{r:?}");
+    let r = shell(&env, "id -u; id -g; touch mine && stat -c %u mine; touch $HOME/t && echo TMP-OK");
+    assert_eq!(result(&r)["stdout"], "65534\n65534\n65534\nTMP-OK\n", "{r:?}");
 }

@@ -43,6 +43,8 @@ pub struct SandboxReport {
     pub rlimits: bool,
     /// The uid the tool ran as.
     pub uid: Option<u32>,
+    /// What bounded the number of processes: `pids-cgroup` or `rlimit` (processes only).
+    pub processes: Option<&'static str>,
     /// The directories the call could reach: `path (ro|rw)`.
     pub dirs: Vec<String>,
     /// The TCP destinations it could reach.
@@ -56,6 +58,8 @@ pub struct RunOutput {
     pub value: serde_json::Value,
     /// What it used.
     pub usage: Usage,
+    /// The sandbox as the runtime confirmed it after the run, when it reports one.
+    pub sandbox: Option<SandboxReport>,
 }
 
 /// Everything one call may reach: directories, environment, network and limits.

@@ -47,6 +47,8 @@ fn tour() -> Result<(), String> {
     std::fs::create_dir_all(&ws).map_err(|e| e.to_string())?;
     std::fs::write(ws.join("notes.md"), "# Notes\nwarden keeps agents inside the lines.\n")
         .map_err(|e| e.to_string())?;
+    // A git repository, so that git_status has something to show (skipped when git is missing).
+    let _ = Command::new("git").args(["init", "-q"]).current_dir(&ws).status();
     let log = scratch.join("audit.jsonl");
     let steps: &[(&str, &[&str])] = &[
         ("The tools the default policy offers", &["list"]),
@@ -59,6 +61,11 @@ fn tour() -> Result<(), String> {
         (
             "With --approve yes it runs (and the log says who approved)",
             &["--approve", "yes", "call", "write_file", r#"{"path":"todo.md","content":"- ship it\n"}"#],
+        ),
+        ("A process tool: git status, in its sandbox (tier auto)", &["call", "git_status"]),
+        (
+            "The shell runs simple commands on its auto rule; /etc/shadow stays unreadable even as root",
+            &["call", "shell", r#"{"command":"cat /etc/shadow"}"#],
         ),
         ("Every call left a hash-chained audit record", &["log", "verify"]),
         ("Per-tool figures from the log", &["log", "stats"]),

@@ -147,6 +147,18 @@ impl ProcessRuntime {
         } else {
             None
         };
+        // The call's {tmp} belongs to whoever the tool runs as.
+        if let (Some((uid, gid)), Some(t)) = (run_as, tmp) {
+            let under_tmp = walls.dirs.iter().map(|(p, _)| p.as_path()).filter(|p| p.starts_with(t));
+            for dir in std::iter::once(t).chain(under_tmp) {
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                    CallError::new(
+                        ErrorCode::Internal,
+                        format!("{tool}: cannot hand {} to uid {uid}: {e}", dir.display()),
+                    )
+                })?;
+            }
+        }
         let processes = if self.support.root {
             None
         } else {
@@ -282,6 +294,8 @@ impl ProcessRuntime {
             "stdout": String::from_utf8_lossy(&stdout),
             "stderr": String::from_utf8_lossy(stderr),
             "truncated": truncated,
+            "cpu_ms": (usage.cpu_ms * 1000.0).round() / 1000.0,
+            "max_rss_kb": usage.max_rss_kb,
         });
         if let Some(sig) = signal {
             value["signal"] =
@@ -290,7 +304,13 @@ impl ProcessRuntime {
         if self.mode == SandboxMode::BestEffort {
             value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup});
         }
-        Ok(RunOutput { value, usage })
+        let mut confirmed = self.report(walls);
+        confirmed.landlock_abi = Some(report.landlock_abi);
+        confirmed.seccomp = report.seccomp;
+        confirmed.rlimits = report.rlimits;
+        confirmed.uid = Some(report.uid);
+        confirmed.processes = Some(if report.cgroup { "pids-cgroup" } else { "rlimit" });
+        Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
     }
 
     /// What the process runtime enforces for these walls (before the helper confirms it).
@@ -301,6 +321,7 @@ impl ProcessRuntime {
             landlock_abi: Some(self.support.landlock_abi.min(6)),
             seccomp: self.support.seccomp || enforce,
             rlimits: true,
+            processes: Some(if self.support.root { "pids-cgroup" } else { "rlimit" }),
             uid: Some(
                 std::fs::metadata(&walls.workspace)
                     .ok()

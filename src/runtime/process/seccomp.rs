@@ -1,9 +1,13 @@
 //! The seccomp filters, built as pure data ([`build`]) and installed last,
 //! just before `execve` ([`apply_to_current_thread`]).
 //!
-//! * `socket()`: only `AF_UNIX` without a network grant; with one, also
-//!   `AF_INET`/`AF_INET6` with protocol 0, TCP or UDP, never raw or packet
-//!   (this also closes Landlock's MPTCP gap, protocol 262).
+//! * `socket()`: nothing without a network grant; with one, `AF_INET`/`AF_INET6`
+//!   with protocol 0, TCP or UDP, never raw or packet (this also closes
+//!   Landlock's MPTCP gap, protocol 262). `AF_UNIX` sockets are refused too:
+//!   Landlock does not mediate `connect()` to a pathname socket, so a tool could
+//!   otherwise reach any daemon socket its uid may write (Docker, D-Bus,
+//!   systemd) wherever it lives. `socketpair(AF_UNIX)` stays allowed: its two
+//!   ends are connected to each other and to nothing else.
 //! * `ENOSYS`: `io_uring_*` (it bypasses the other rules), `clone3` (its flags
 //!   cannot be inspected, so libc falls back to `clone`), the new mount API.
 //! * `EPERM`: namespaces (`unshare`, `setns`, `clone` with namespace flags),
@@ -137,11 +141,7 @@ pub fn build(net: bool) -> Result<Vec<BpfProgram>, String> {
     let unix = libc::AF_UNIX as u64;
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
     let socket_rules = if net {
-        let mut rules = vec![rule(vec![
-            cond(0, Len::Dword, Op::Ne, unix)?,
-            cond(0, Len::Dword, Op::Ne, inet)?,
-            cond(0, Len::Dword, Op::Ne, inet6)?,
-        ])?];
+        let mut rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?])?];
         for family in [inet, inet6] {
             rules.push(rule(vec![
                 cond(0, Len::Dword, Op::Eq, family)?,
@@ -157,7 +157,7 @@ pub fn build(net: bool) -> Result<Vec<BpfProgram>, String> {
         }
         rules
     } else {
-        vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?]
+        vec![]
     };
     eperm.insert(libc::SYS_socket, socket_rules);
     // socketpair only makes AF_UNIX pairs; refuse anything else for clarity.

@@ -362,6 +362,7 @@ impl ComponentRuntime {
             seccomp: false,
             rlimits: false,
             uid: None,
+            processes: None,
             dirs: walls
                 .dirs
                 .iter()
@@ -420,7 +421,7 @@ fn run_in_store(
             let value = serde_json::from_str(&text).map_err(|e| {
                 CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: the plugin returned invalid JSON: {e}"))
             })?;
-            Ok(RunOutput { value, usage })
+            Ok(RunOutput { value, usage, sandbox: None })
         }
         Ok(Err(e)) => Err(match e {
             ToolError::InvalidArgs(m) => CallError::new(ErrorCode::InvalidArgs, format!("{tool}: {m}")),
