@@ -228,10 +228,26 @@ fn executor(cli: &Cli) -> Result<Executor, Failure> {
         .map_err(|e| fail(e.code.exit_code(), e.message))
 }
 
-fn grants_summary(spec: &crate::policy::ToolSpec) -> (Vec<String>, Vec<String>, Vec<String>) {
+/// The read, write and net grants of `spec` as text. With `short`, the paths that
+/// `{system}` added are shown as the one word `{system}` when all of them are there
+/// with exactly the access `{system}` gives.
+fn grants_summary(spec: &crate::policy::ToolSpec, short: bool) -> (Vec<String>, Vec<String>, Vec<String>) {
+    use crate::policy::{GrantPath, SYSTEM_READ, SYSTEM_WRITE};
     let g = &spec.grants;
-    let read = g.paths.iter().filter(|p| !p.write).map(|p| p.path.to_string()).collect();
-    let write = g.paths.iter().filter(|p| p.write).map(|p| p.path.to_string()).collect();
+    let granted =
+        |p: &str, write: bool| g.paths.iter().any(|x| x.path == GrantPath::Fixed(p.into()) && x.write == write);
+    let system =
+        short && SYSTEM_READ.iter().all(|p| granted(p, false)) && SYSTEM_WRITE.iter().all(|p| granted(p, true));
+    let hidden = |x: &crate::policy::PathGrant| {
+        system
+            && matches!(&x.path, GrantPath::Fixed(p) if SYSTEM_READ.iter().chain(SYSTEM_WRITE).any(|s| p.as_os_str() == *s))
+    };
+    let mut read: Vec<String> = Vec::new();
+    if system {
+        read.push("{system}".into());
+    }
+    read.extend(g.paths.iter().filter(|p| !p.write && !hidden(p)).map(|p| p.path.to_string()));
+    let write = g.paths.iter().filter(|p| p.write && !hidden(p)).map(|p| p.path.to_string()).collect();
     let net = g.net.iter().map(|n| n.to_string()).collect();
     (read, write, net)
 }
@@ -241,7 +257,7 @@ fn list(catalog: &Catalog, as_json: bool) {
         let tools: Vec<Value> = catalog
             .visible()
             .map(|e| {
-                let (read, write, net) = grants_summary(&e.spec);
+                let (read, write, net) = grants_summary(&e.spec, false);
                 let mut o = json!({
                     "name": e.spec.name,
                     "tier": e.spec.tier,
@@ -270,7 +286,7 @@ fn list(catalog: &Catalog, as_json: bool) {
     }
     println!("{:<18} {:<8} {:<34} DESCRIPTION", "TOOL", "TIER", "GRANTS");
     for e in catalog.visible() {
-        let (read, write, net) = grants_summary(&e.spec);
+        let (read, write, net) = grants_summary(&e.spec, true);
         let mut grants = Vec::new();
         grants.extend(read.iter().map(|p| format!("read {p}")));
         grants.extend(write.iter().map(|p| format!("write {p}")));
@@ -285,11 +301,15 @@ fn list(catalog: &Catalog, as_json: bool) {
 }
 
 fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
-    println!("policy {} (sandbox mode {:?})", policy.origin, policy.mode);
+    let mode = match policy.mode {
+        crate::policy::SandboxMode::Enforce => "enforce",
+        crate::policy::SandboxMode::BestEffort => "best-effort",
+    };
+    println!("policy {} (sandbox mode {mode})", policy.origin);
     println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
     let mut broken = 0;
     for e in catalog.entries() {
-        let (read, write, net) = grants_summary(&e.spec);
+        let (read, write, net) = grants_summary(&e.spec, true);
         let mut grants = Vec::new();
         grants.extend(read.iter().map(|p| format!("read {p}")));
         grants.extend(write.iter().map(|p| format!("write {p}")));
