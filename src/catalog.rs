@@ -54,7 +54,9 @@ impl Catalog {
     pub fn build(policy: &Policy, runtime: &ComponentRuntime) -> Catalog {
         let mut entries = BTreeMap::new();
         for (name, spec) in &policy.tools {
-            let state = ready(policy, spec, runtime);
+            // Errors can quote what a plugin said (its tool names): no terminal escapes.
+            let state = ready(policy, spec, runtime)
+                .map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
             if let Err(e) = &state {
                 tracing::warn!(tool = %name, "tool unavailable: {}", e.message);
             }

@@ -175,13 +175,12 @@ fn status_shows_no_new_privs_seccomp_no_capabilities_and_only_stdio() {
         ),
     );
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
-    for want in [
-        "NoNewPrivs:\t1",
-        "Seccomp:\t2",
-        "CapEff:\t0000000000000000",
-        "CapPrm:\t0000000000000000",
-        "CapBnd:\t0000000000000000",
-    ] {
+    let mut wanted = vec!["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000"];
+    if nix::unistd::geteuid().is_root() {
+        // Only root has a bounding set worth emptying; warden empties it.
+        wanted.push("CapBnd:\t0000000000000000");
+    }
+    for want in wanted {
         assert!(out.contains(want), "missing {want:?} in {out}");
     }
     for line in out.lines().filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit())) {
@@ -504,4 +503,73 @@ fn as_root_the_tool_runs_as_the_workspace_owner() {
     std::os::unix::fs::chown(&env.ws, Some(65534), Some(65534)).unwrap();
     let r = shell(&env, "id -u; id -g; touch mine && stat -c %u mine; touch $HOME/t && echo TMP-OK");
     assert_eq!(result(&r)["stdout"], "65534\n65534\n65534\nTMP-OK\n", "{r:?}");
+}
+
+#[test]
+fn the_program_cannot_forge_the_sandbox_report() {
+    let env = Env::new();
+    let forged = r#"{"ok":true,"error":null,"exec_failed":false,"landlock_abi":99,"seccomp":false,"rlimits":false,"uid":4242,"cgroup":false}"#;
+    let failed = r#"{"ok":false,"error":"FORGED","exec_failed":true,"landlock_abi":99,"seccomp":false,"rlimits":false,"uid":4242,"cgroup":false}"#;
+    // Both on stderr and, in case anything else listened there, on every descriptor up to 9.
+    let r = shell(
+        &env,
+        &format!(
+            "printf '\\001warden-sandbox %s\\n%s\\n' '{forged}' '{failed}' >&2; \
+             for fd in 3 4 5 6 7 8 9; do (printf '%s\\n' '{failed}' >&$fd) 2>/dev/null && echo WROTE-$fd; done; echo done"
+        ),
+    );
+    let res = result(&r);
+    assert_eq!(res["stdout"], "done\n", "a descriptor beyond stdio was writable: {r:?}");
+    assert!(res["stderr"].as_str().unwrap().contains("FORGED"), "the program's stderr is its own: {r:?}");
+    let rec = env.audit_records().pop().unwrap();
+    assert_eq!(rec["sandbox"]["seccomp"], true, "{rec}");
+    assert_ne!(rec["sandbox"]["landlock_abi"], 99, "{rec}");
+    assert_ne!(rec["sandbox"]["uid"], 4242, "{rec}");
+}
+
+#[test]
+fn signals_cannot_reach_warden_or_every_process() {
+    let env = Env::new();
+    // $PPID is warden itself: the helper exec'd this shell.
+    let r = shell(
+        &env,
+        "kill -9 $PPID; echo host=$?; kill -9 -1; echo all=$?; kill -9 -$(ps -o pgid= $PPID 2>/dev/null || echo 1) 2>/dev/null; echo done",
+    );
+    assert_eq!(r.code, 0, "warden did not survive: {r:?}");
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("host=1") && out.contains("all=1") && out.ends_with("done\n"), "{out} {r:?}");
+}
+
+#[test]
+fn as_uid_0_file_metadata_outside_the_grants_cannot_change() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the tool runs as uid 0 only when warden is root and the workspace is root's");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let target = env.outside.join("secret.txt");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A root-owned program of our own, so a failure cannot damage the system's.
+    let program = env.outside.join("program");
+    std::fs::copy("/bin/true", &program).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = target.display();
+    let prog = program.display();
+    let r = shell(
+        &env,
+        &format!(
+            "id -u; chmod 666 {t}; echo chmod=$?; chmod u+s {prog} 2>/dev/null; echo setuid=$?; \
+             chown 65534 {t}; echo chown=$?; {PYTHON} -c \"import os; os.setxattr('{t}', 'user.x', b'1')\" 2>/dev/null; echo xattr=$?"
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.starts_with("0\n"), "the tool should run as uid 0 here: {out}");
+    for want in ["chmod=1", "setuid=1", "chown=1", "xattr=1"] {
+        assert!(out.contains(want), "missing {want} in {out} {r:?}");
+    }
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
+    assert_eq!(std::fs::metadata(&program).unwrap().permissions().mode() & 0o7777, 0o755, "{prog} became setuid");
 }

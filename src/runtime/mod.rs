@@ -43,7 +43,8 @@ pub struct SandboxReport {
     pub rlimits: bool,
     /// The uid the tool ran as.
     pub uid: Option<u32>,
-    /// What bounded the number of processes: `pids-cgroup` or `rlimit` (processes only).
+    /// What bounded the number of processes: `pids-cgroup`, `rlimit`, or `none` (as
+    /// root without a cgroup, in best-effort mode) (processes only).
     pub processes: Option<&'static str>,
     /// The directories the call could reach: `path (ro|rw)`.
     pub dirs: Vec<String>,

@@ -1,20 +1,24 @@
 //! The sandbox helper: `warden` re-executed with [`HELPER_ARG`], single-threaded,
-//! before any runtime starts. It reads its [`SandboxSpec`] from stdin and, in
+//! before any runtime starts. Its stdin is a socket to the host (see [`spec`]).
+//! It closes every inherited descriptor but 0–2, moves the socket to
+//! [`REPORT_FD`] with close-on-exec, reads its [`SandboxSpec`] there and, in
 //! this order:
 //!
 //! 1. reopens stdin on `/dev/null` (the tool gets no input);
 //! 2. starts a new session and process group (the host kills the whole group);
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
-//! 4. closes every inherited file descriptor but 0–2;
-//! 5. joins the per-call pids cgroup (as root);
-//! 6. sets the rlimits (CPU, AS, NPROC when not root, NOFILE, FSIZE, CORE = 0);
-//! 7. as root: locks the securebits, becomes the workspace owner when that is
-//!    not root, and empties every capability set;
-//! 8. changes to the working directory; sets `NO_NEW_PRIVS`;
-//! 9. Landlock; 10. seccomp, last; then reports on stderr and `execve`s the tool.
+//! 4. joins the per-call pids cgroup (as root);
+//! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root);
+//! 6. as root: locks the securebits, becomes the workspace owner when that is
+//!    not root (and asks for the parent-death signal again: a uid change clears
+//!    it), and empties every capability set;
+//! 7. changes to the working directory; sets `NO_NEW_PRIVS`;
+//! 8. Landlock; 9. seccomp, last; then reports and `execve`s the tool.
 //!
-//! Any failure is reported on the first stderr line and the helper exits 126:
-//! the tool never runs half-confined.
+//! Any failure is reported on the socket and the helper exits 126: the tool
+//! never runs half-confined. A failed `execve` is reported too (exit 127).
+//!
+//! [`spec`]: super::spec
 
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -23,41 +27,79 @@ use std::os::fd::AsRawFd;
 use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
 use super::limits;
 use super::seccomp;
-use super::spec::{HelperReport, REPORT_PREFIX, SandboxSpec};
+use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
 
 /// The first argument that makes `warden` the sandbox helper.
 pub const HELPER_ARG: &str = "--warden-sandbox-helper";
 /// The most bytes of spec the helper reads.
 const MAX_SPEC: u64 = 4 << 20;
 
-fn report(r: &HelperReport) {
-    let line = format!("{REPORT_PREFIX}{}\n", serde_json::to_string(r).unwrap_or_default());
-    let _ = std::io::stderr().write_all(line.as_bytes());
+/// Writes one report line on the channel, or on stderr when there is none.
+fn report(channel: Option<&mut std::fs::File>, r: &HelperReport) {
+    let mut line = serde_json::to_string(r).unwrap_or_default();
+    line.truncate(MAX_REPORT as usize - 1);
+    line.push('\n');
+    match channel {
+        Some(c) => {
+            let _ = c.write_all(line.as_bytes());
+        }
+        None => {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+    }
+}
+
+/// Closes every inherited descriptor above 2 and moves stdin (the host's
+/// socket) to [`REPORT_FD`], close-on-exec.
+fn open_channel() -> Result<std::fs::File, String> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: close_range on descriptors this single-threaded process has not used yet.
+    #[allow(unsafe_code)]
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
+        return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: F_DUPFD_CLOEXEC duplicates descriptor 0 to the lowest free one >= 3,
+    // which is 3 since every descriptor above 2 was just closed; no memory is touched.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, REPORT_FD) };
+    if fd != REPORT_FD {
+        return Err(format!("cannot move the host socket to fd {REPORT_FD}: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd 3 was just created by fcntl and is owned by nothing else.
+    #[allow(unsafe_code)]
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// Runs the helper; never returns.
 pub fn run_main() -> ! {
     let mut r = HelperReport::default();
-    match confine(&mut r) {
+    let mut channel = match open_channel() {
+        Ok(c) => c,
+        Err(e) => {
+            report(None, &HelperReport { error: Some(e), ..r });
+            std::process::exit(126);
+        }
+    };
+    match confine(&mut channel, &mut r) {
         Ok(spec) => {
             r.ok = true;
-            report(&r);
+            report(Some(&mut channel), &r);
             let err = exec(&spec);
-            report(&HelperReport { ok: false, error: Some(err), exec_failed: true, ..r });
+            report(Some(&mut channel), &HelperReport { ok: false, error: Some(err), exec_failed: true, ..r });
             std::process::exit(127);
         }
         Err(e) => {
             r.ok = false;
             r.error = Some(e);
-            report(&r);
+            report(Some(&mut channel), &r);
             std::process::exit(126);
         }
     }
 }
 
-fn confine(r: &mut HelperReport) -> Result<SandboxSpec, String> {
+fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxSpec, String> {
     let mut text = String::new();
-    std::io::stdin().take(MAX_SPEC).read_to_string(&mut text).map_err(|e| format!("cannot read the spec: {e}"))?;
+    channel.take(MAX_SPEC).read_to_string(&mut text).map_err(|e| format!("cannot read the spec: {e}"))?;
     let spec: SandboxSpec = serde_json::from_str(&text).map_err(|e| format!("bad spec: {e}"))?;
 
     // 1. stdin from /dev/null.
@@ -69,7 +111,8 @@ fn confine(r: &mut HelperReport) -> Result<SandboxSpec, String> {
     }
     drop(null);
 
-    // 2. New session and process group.
+    // 2. New session and process group (the old group is the host's).
+    let host_pgid = nix::unistd::getpgrp().as_raw() as u32;
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
 
     // 3. Die with the host.
@@ -78,39 +121,38 @@ fn confine(r: &mut HelperReport) -> Result<SandboxSpec, String> {
         return Err("the host exited before the tool started".into());
     }
 
-    // 4. Close every inherited descriptor but 0-2.
-    // SAFETY: close_range on descriptors this single-threaded process does not use.
-    #[allow(unsafe_code)]
-    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
-        return Err(format!("close_range: {}", std::io::Error::last_os_error()));
-    }
-
-    // 5. The pids cgroup.
+    // 4. The pids cgroup.
     if let Some(procs) = &spec.cgroup_procs {
         std::fs::write(procs, std::process::id().to_string())
             .map_err(|e| format!("cannot join the pids cgroup {}: {e}", procs.display()))?;
         r.cgroup = true;
     }
 
-    // 6. rlimits.
+    // 5. rlimits.
     limits::apply_rlimits(&spec.limits)?;
     r.rlimits = true;
 
-    // 7. Privileges.
+    // 6. Privileges.
     if spec.drop_caps {
         limits::apply_securebits()?;
         if let Some((uid, gid)) = spec.run_as {
             limits::apply_identity(uid, gid)?;
+            // Changing credentials cleared the parent-death signal: ask again.
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+            if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+                return Err("the host exited before the tool started".into());
+            }
         }
         limits::apply_drop_capabilities()?;
     }
     r.uid = nix::unistd::getuid().as_raw();
 
-    // 8. Working directory, then no new privileges.
+    // 7. Working directory, then no new privileges.
     std::env::set_current_dir(&spec.cwd).map_err(|e| format!("cannot enter {}: {e}", spec.cwd.display()))?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
 
-    // 9. Landlock.
+    // 8. Landlock.
     let abi = landlock::kernel_abi();
     let rules =
         LandlockRules { read: spec.read.clone(), write: spec.write.clone(), connect_ports: spec.net_ports.clone() };
@@ -123,8 +165,13 @@ fn confine(r: &mut HelperReport) -> Result<SandboxSpec, String> {
         Err(_) => r.landlock_abi = 0,
     }
 
-    // 10. seccomp, last.
-    let filters = seccomp::build(spec.net_ports.is_some())?;
+    // 9. seccomp, last.
+    let filters = seccomp::build(seccomp::Target {
+        net: spec.net_ports.is_some(),
+        host_pid: spec.parent_pid,
+        host_pgid,
+        uid0: nix::unistd::getuid().is_root(),
+    })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,
         Err(e) if spec.require_seccomp => return Err(e),

@@ -26,15 +26,18 @@ pub fn apply_rlimits(l: &RlimitSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the tool's).
+/// How many threads `uid` runs now: RLIMIT_NPROC counts every thread of the uid,
+/// not just the tool's.
 pub fn processes_of(uid: u32) -> u64 {
     use std::os::unix::fs::MetadataExt;
+    // RLIMIT_NPROC counts threads, so count each process's tasks.
     std::fs::read_dir("/proc")
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
                 .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-                .count() as u64
+                .map(|e| std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count().max(1)) as u64)
+                .sum()
         })
         .unwrap_or(0)
 }

@@ -31,7 +31,7 @@ use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use self::spec::{HelperReport, REPORT_PREFIX, RlimitSpec, SandboxSpec};
+use self::spec::{HelperReport, MAX_REPORT, RlimitSpec, SandboxSpec};
 use super::{RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
@@ -189,10 +189,15 @@ impl ProcessRuntime {
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
 
         let started = Instant::now();
+        let internal =
+            |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
+        // The helper's stdin: the spec goes in, its reports come back (see `spec`).
+        let (mut channel, helper_end) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
         let mut child = Command::new(helper)
             .arg(helper::HELPER_ARG)
             .env_clear()
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -203,9 +208,11 @@ impl ProcessRuntime {
                 )
             })?;
         let pid = Pid::from_raw(child.id() as i32);
-        if let Some(mut stdin) = child.stdin.take() {
+        {
             use std::io::Write;
-            let _ = stdin.write_all(&spec_json);
+            // A helper that died early shows up in its report, not here.
+            let _ = channel.write_all(&spec_json);
+            let _ = channel.shutdown(std::net::Shutdown::Write);
         }
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let overflow = Arc::new(AtomicBool::new(false));
@@ -218,14 +225,14 @@ impl ProcessRuntime {
 
         let ended = supervise(pid, limits.timeout);
         let (stdout, out_total) = out_reader.join().unwrap_or_default();
-        let (stderr_raw, err_total) = err_reader.join().unwrap_or_default();
+        let (stderr, err_total) = err_reader.join().unwrap_or_default();
         let hit_pids_max = cgroup.as_ref().is_some_and(limits::PidsCgroup::hit_max);
         drop(cgroup);
         let ended = ended?;
         let elapsed = started.elapsed();
 
-        let (report, stderr) = split_report(&stderr_raw);
-        let report = report.unwrap_or_default();
+        // Every end of the socket is closed now: the helper exec'd (close-on-exec) or exited.
+        let report = read_report(&mut channel);
         if !report.ok {
             let why = report.error.clone().unwrap_or_else(|| "the sandbox helper stopped before reporting".into());
             let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
@@ -235,7 +242,7 @@ impl ProcessRuntime {
 
         let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
         let truncated =
-            overflow.load(Ordering::SeqCst) || out_total > stdout.len() as u64 || err_total > stderr_raw.len() as u64;
+            overflow.load(Ordering::SeqCst) || out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
         let usage = Usage {
             cpu_ms: cpu.as_secs_f64() * 1000.0,
             max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
@@ -292,7 +299,7 @@ impl ProcessRuntime {
         let mut value = json!({
             "exit_code": exit_code,
             "stdout": String::from_utf8_lossy(&stdout),
-            "stderr": String::from_utf8_lossy(stderr),
+            "stderr": String::from_utf8_lossy(&stderr),
             "truncated": truncated,
             "cpu_ms": (usage.cpu_ms * 1000.0).round() / 1000.0,
             "max_rss_kb": usage.max_rss_kb,
@@ -309,7 +316,12 @@ impl ProcessRuntime {
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
         confirmed.uid = Some(report.uid);
-        confirmed.processes = Some(if report.cgroup { "pids-cgroup" } else { "rlimit" });
+        // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
+        confirmed.processes = Some(match (report.cgroup, self.support.root) {
+            (true, _) => "pids-cgroup",
+            (false, false) => "rlimit",
+            (false, true) => "none",
+        });
         Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
     }
 
@@ -419,6 +431,8 @@ fn supervise(pid: Pid, timeout: Duration) -> Result<Ended, CallError> {
         Ok(_) => false,
         Err(_) => {
             let _ = killpg(pid, Signal::SIGKILL);
+            // Before the helper's setsid there is no group yet: kill the helper itself.
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
             let _ = rx.recv();
             true
         }
@@ -470,19 +484,18 @@ fn group_has_live_members(pgid: Pid) -> bool {
     })
 }
 
-/// Splits the helper's report lines off the start of stderr.
-fn split_report(stderr: &[u8]) -> (Option<HelperReport>, &[u8]) {
-    let mut rest = stderr;
-    let mut report = None;
-    while rest.starts_with(REPORT_PREFIX.as_bytes()) {
-        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-        let line = &rest[REPORT_PREFIX.len()..end];
-        if let Ok(r) = serde_json::from_slice::<HelperReport>(line) {
-            report = Some(r);
-        }
-        rest = &rest[(end + 1).min(rest.len())..];
+/// Reads the helper's report lines from its socket (the program never holds it).
+fn read_report(channel: &mut std::os::unix::net::UnixStream) -> HelperReport {
+    let mut text = Vec::new();
+    let _ = channel.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = channel.take(MAX_REPORT).read_to_end(&mut text);
+    // The first line is the confinement; a second one means the execve failed.
+    let mut reports = text.split(|&b| b == b'\n').filter_map(|l| serde_json::from_slice::<HelperReport>(l).ok());
+    match (reports.next(), reports.next()) {
+        (Some(first), Some(second)) if first.ok && second.exec_failed => second,
+        (Some(first), _) => first,
+        (None, _) => HelperReport::default(),
     }
-    (report, rest)
 }
 
 #[cfg(test)]
@@ -519,12 +532,27 @@ mod tests {
     }
 
     #[test]
-    fn the_helper_report_is_split_off_stderr() {
-        let text = format!(
-            "{REPORT_PREFIX}{{\"ok\":true,\"error\":null,\"exec_failed\":false,\"landlock_abi\":6,\"seccomp\":true,\"rlimits\":true,\"uid\":0,\"cgroup\":true}}\nreal stderr\n"
-        );
-        let (report, rest) = split_report(text.as_bytes());
-        assert_eq!(report.map(|r| r.landlock_abi), Some(6));
-        assert_eq!(rest, b"real stderr\n");
+    fn the_exec_failure_report_wins_only_after_a_good_one() {
+        use std::io::Write;
+        let line = |r: &HelperReport| serde_json::to_string(r).unwrap_or_default() + "\n";
+        let good = HelperReport { ok: true, landlock_abi: 6, ..HelperReport::default() };
+        let failed =
+            HelperReport { ok: false, exec_failed: true, error: Some("cannot execute".into()), ..good.clone() };
+        let bad = HelperReport { error: Some("setsid".into()), ..HelperReport::default() };
+        for (lines, expect_ok, expect_exec_failed) in [
+            (vec![good.clone()], true, false),
+            (vec![good.clone(), failed.clone()], false, true),
+            (vec![bad.clone(), failed], false, false),
+            (vec![], false, false),
+        ] {
+            let (mut host, mut helper) = std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+            for r in &lines {
+                helper.write_all(line(r).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            }
+            drop(helper);
+            let got = read_report(&mut host);
+            let _ = (&bad, &good);
+            assert_eq!((got.ok, got.exec_failed), (expect_ok, expect_exec_failed), "{lines:?}");
+        }
     }
 }

@@ -15,6 +15,13 @@
 //!   keyrings, kexec, modules, handles, `reboot`, swap, `acct`, `personality`,
 //!   `setsid`/`setpgid` (so no descendant leaves the process group the host kills),
 //!   and `ioctl` `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits.
+//! * `EPERM` for signals aimed at the host: `kill` of the host's pid, of its
+//!   process group or of every process (`-1`), `tkill`/`tgkill`/`rt_*sigqueueinfo`
+//!   of the host's pid, and `pidfd_open` of it. Landlock ABI 6 scopes signals
+//!   anyway; this covers older kernels for the process that matters most.
+//! * `EPERM` for metadata changes when the tool runs as uid 0 (a root-owned
+//!   workspace): `chmod`, `chown` and extended-attribute calls. Landlock does not
+//!   mediate them, and uid 0 owns most of the system's files.
 //! * A first filter refuses x32 syscall numbers (bit 30) and kills on any
 //!   architecture but x86_64, so no alternate numbering reaches the rules.
 
@@ -115,8 +122,42 @@ fn x32_guard() -> BpfProgram {
     ]
 }
 
-/// The filters, in the order they are installed. `net` allows IP sockets.
-pub fn build(net: bool) -> Result<Vec<BpfProgram>, String> {
+/// Who the filters protect besides the kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// Allow IP sockets (the tool has a network grant).
+    pub net: bool,
+    /// The host's pid: no signal may reach it.
+    pub host_pid: u32,
+    /// The host's process group.
+    pub host_pgid: u32,
+    /// The tool runs as uid 0: refuse `chmod`, `chown` and xattr changes.
+    pub uid0: bool,
+}
+
+/// The metadata calls refused to a tool running as uid 0.
+const UID0_EPERM_CALLS: &[i64] = &[
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    452, // fchmodat2
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    463, // setxattrat
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    466, // removexattrat
+];
+
+/// The filters, in the order they are installed.
+pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
+    let net = target.net;
     let arch = TargetArch::x86_64;
     let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction| -> Result<BpfProgram, String> {
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(|e| e.to_string())?;
@@ -163,6 +204,27 @@ pub fn build(net: bool) -> Result<Vec<BpfProgram>, String> {
     // socketpair only makes AF_UNIX pairs; refuse anything else for clarity.
     eperm.insert(libc::SYS_socketpair, vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?]);
 
+    // Signals to the host. pid_t is 32 bits: compare the low half, two's complement.
+    let host = u64::from(target.host_pid);
+    let neg = |v: u32| u64::from(v.wrapping_neg());
+    eperm.insert(
+        libc::SYS_kill,
+        vec![
+            rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?,
+            rule(vec![cond(0, Len::Dword, Op::Eq, neg(target.host_pgid))?])?,
+            rule(vec![cond(0, Len::Dword, Op::Eq, u64::from(u32::MAX))?])?,
+        ],
+    );
+    for call in [libc::SYS_tkill, libc::SYS_tgkill, libc::SYS_rt_sigqueueinfo, libc::SYS_rt_tgsigqueueinfo] {
+        eperm.insert(call, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
+    }
+    eperm.insert(libc::SYS_pidfd_open, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
+    if target.uid0 {
+        for &call in UID0_EPERM_CALLS {
+            eperm.insert(call, vec![]);
+        }
+    }
+
     Ok(vec![x32_guard(), compile(enosys, SeccompAction::Errno(ENOSYS))?, compile(eperm, SeccompAction::Errno(EPERM))?])
 }
 
@@ -179,9 +241,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn filters_build_for_both_network_settings() {
-        for net in [false, true] {
-            let filters = build(net).unwrap_or_else(|e| panic!("{e}"));
+    fn filters_build_for_every_setting() {
+        for (net, uid0) in [(false, false), (true, false), (false, true), (true, true)] {
+            let target = Target { net, host_pid: 4242, host_pgid: 4242, uid0 };
+            let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));
         }

@@ -1,5 +1,11 @@
-//! What the host tells the sandbox helper: everything the helper needs to
-//! confine itself and exec the tool, as one JSON document on the helper's stdin.
+//! What the host and the sandbox helper say to each other.
+//!
+//! The helper's stdin is one end of a socket pair. The host writes the
+//! [`SandboxSpec`] as one JSON document and shuts its side down for writing;
+//! the helper moves the socket to [`REPORT_FD`] with close-on-exec and answers
+//! with [`HelperReport`] lines. A successful `execve` closes the socket, so the
+//! program never holds it and cannot forge a report: stdout and stderr are the
+//! program's alone.
 
 use std::path::PathBuf;
 
@@ -18,7 +24,7 @@ pub struct SandboxSpec {
     pub read: Vec<PathBuf>,
     /// Paths readable, writable and executable.
     pub write: Vec<PathBuf>,
-    /// TCP ports `connect` may reach; sockets other than AF_UNIX are refused when `None`.
+    /// TCP ports `connect` may reach; `socket()` is refused for every family when `None`.
     pub net_ports: Option<Vec<u16>>,
     /// Resource limits.
     pub limits: RlimitSpec,
@@ -32,7 +38,8 @@ pub struct SandboxSpec {
     pub require_landlock: bool,
     /// Fail unless the seccomp filter is installed.
     pub require_seccomp: bool,
-    /// The host's pid: the helper exits if its parent is not this process.
+    /// The host's pid: the helper exits if its parent is not this process, and the
+    /// tool may not signal it.
     pub parent_pid: u32,
 }
 
@@ -51,7 +58,8 @@ pub struct RlimitSpec {
     pub file_size: u64,
 }
 
-/// What the helper reports on the first line of stderr, before it execs the tool.
+/// What the helper reports on [`REPORT_FD`]: one line before it execs the tool,
+/// and one more if the `execve` itself fails.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct HelperReport {
     /// Set up and about to exec.
@@ -72,5 +80,7 @@ pub struct HelperReport {
     pub cgroup: bool,
 }
 
-/// Marks the helper's report line on stderr.
-pub const REPORT_PREFIX: &str = "\u{1}warden-sandbox ";
+/// The helper's report channel (close-on-exec).
+pub const REPORT_FD: i32 = 3;
+/// The most report bytes the host reads.
+pub const MAX_REPORT: u64 = 64 << 10;
