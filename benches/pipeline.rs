@@ -60,7 +60,10 @@ fn main() {
         policy,
         Approver::new(ApproveMode::Yes),
         log,
-        warden::Options { cache_dir: Some(cache.clone()), sandbox_helper: Some(warden_bin.into()) },
+        warden::Options {
+            cache_dir: Some(cache.clone()),
+            sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()),
+        },
     )
     .unwrap();
     let call = || {

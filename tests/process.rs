@@ -573,3 +573,25 @@ fn as_uid_0_file_metadata_outside_the_grants_cannot_change() {
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
     assert_eq!(std::fs::metadata(&program).unwrap().permissions().mode() & 0o7777, 0o755, "{prog} became setuid");
 }
+
+#[test]
+fn a_warden_binary_without_warden_sandbox_beside_it_is_its_own_helper() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"10s\"");
+    let alone = env.root.path().join("bin");
+    std::fs::create_dir_all(&alone).unwrap();
+    let copy = alone.join("warden");
+    std::fs::copy(env!("CARGO_BIN_EXE_warden"), &copy).unwrap();
+    let out = std::process::Command::new(&copy)
+        .current_dir(&env.ws)
+        .arg("--audit-log")
+        .arg(env.root.path().join("alone.jsonl"))
+        .args(["--policy", &p, "call", "shell", r#"{"command":"echo ok"}"#])
+        .env("HOME", env.root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(r#""stdout":"ok\n""#), "{text}");
+}

@@ -223,7 +223,7 @@ fn executor(cli: &Cli) -> Result<Executor, Failure> {
     let log = AuditLog::open(&log_path).map_err(|e| {
         fail(70, format!("cannot open the audit log {}: {e} (pass a writable --audit-log)", log_path.display()))
     })?;
-    let options = Options { cache_dir: cache_dir(), sandbox_helper: std::env::current_exe().ok() };
+    let options = Options { cache_dir: cache_dir(), sandbox_helper: crate::runtime::process::default_helper() };
     Executor::new(policy, Approver::new(approve_mode(cli)), log, options)
         .map_err(|e| fail(e.code.exit_code(), e.message))
 }
