@@ -1,8 +1,8 @@
-//! The sandbox helper: `warden` re-executed with [`HELPER_ARG`], single-threaded,
-//! before any runtime starts. Its stdin is a socket to the host (see [`spec`]).
-//! It closes every inherited descriptor but 0–2, moves the socket to
-//! [`REPORT_FD`] with close-on-exec, reads its [`SandboxSpec`] there and, in
-//! this order:
+//! The sandbox helper: the `warden-sandbox` binary, or `warden` re-executed with
+//! [`HELPER_ARG`]; single-threaded, before any runtime starts. Its stdin is a
+//! socket to the host (see [`spec`]). It closes every inherited descriptor but
+//! 0–2, moves the socket to [`REPORT_FD`] with close-on-exec, reads its
+//! [`SandboxSpec`] there and, in this order:
 //!
 //! 1. reopens stdin on `/dev/null` (the tool gets no input);
 //! 2. starts a new session and process group (the host kills the whole group);
@@ -37,7 +37,11 @@ const MAX_SPEC: u64 = 4 << 20;
 /// Writes one report line on the channel, or on stderr when there is none.
 fn report(channel: Option<&mut std::fs::File>, r: &HelperReport) {
     let mut line = serde_json::to_string(r).unwrap_or_default();
-    line.truncate(MAX_REPORT as usize - 1);
+    let mut end = line.len().min(MAX_REPORT as usize - 1);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line.truncate(end);
     line.push('\n');
     match channel {
         Some(c) => {
