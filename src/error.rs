@@ -38,6 +38,9 @@ pub enum ErrorCode {
     SandboxUnavailable,
     /// warden itself failed (for example the audit log could not be written).
     Internal,
+    /// The caller cancelled the call while it ran (an MCP `notifications/cancelled`);
+    /// its sandbox was torn down.
+    Cancelled,
 }
 
 impl ErrorCode {
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::ExecutionFailed => "EXECUTION_FAILED",
             ErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::Cancelled => "CANCELLED",
         }
     }
 
@@ -72,6 +76,7 @@ impl ErrorCode {
             ErrorCode::Timeout | ErrorCode::LimitExceeded => 4,
             ErrorCode::SandboxUnavailable => 5,
             ErrorCode::Internal => 70,
+            ErrorCode::Cancelled => 130,
         }
     }
 

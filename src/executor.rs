@@ -26,7 +26,7 @@ use crate::error::{CallError, ErrorCode};
 use crate::policy::{GrantPath, PluginSource, Policy, Runner, Tier};
 use crate::runtime::process::ProcessRuntime;
 use crate::runtime::wasm::ComponentRuntime;
-use crate::runtime::{RunOutput, SandboxReport, Walls};
+use crate::runtime::{Cancel, RunOutput, SandboxReport, Walls};
 use crate::shape;
 
 /// The largest arguments object accepted, as JSON bytes.
@@ -61,16 +61,30 @@ pub enum Status {
     Error,
     /// Someone said no.
     Rejected,
+    /// The caller cancelled it while it ran (error code `CANCELLED`).
+    Cancelled,
 }
 
 impl Status {
-    fn as_str(self) -> &'static str {
+    /// The stable string form, as in result JSON and the audit log.
+    pub fn as_str(self) -> &'static str {
         match self {
             Status::Success => "success",
             Status::Error => "error",
             Status::Rejected => "rejected",
+            Status::Cancelled => "cancelled",
         }
     }
+}
+
+/// What a caller other than the command line brings to one call.
+#[derive(Default)]
+pub struct CallHooks<'a> {
+    /// Answers `ask`/`confirm` calls instead of the executor's [`Approver`] (an MCP
+    /// client's elicitation). It is asked only after the policy decided the tier.
+    pub approve: Option<&'a (dyn Fn(&approval::Request<'_>) -> Verdict + Sync)>,
+    /// Switched on to stop the call: the sandbox is torn down and the call ends `CANCELLED`.
+    pub cancel: Cancel,
 }
 
 /// The response to one call: what `call` prints and `exec` wraps.
@@ -106,7 +120,7 @@ impl CallResponse {
                 o.insert("result".into(), self.result.clone().unwrap_or(Value::Null));
                 o.insert("truncated".into(), json!(self.truncated));
             }
-            Status::Error => {
+            Status::Error | Status::Cancelled => {
                 if let Some(e) = &self.error {
                     o.insert(
                         "error".into(),
@@ -127,8 +141,8 @@ impl CallResponse {
         match (&self.status, &self.error) {
             (Status::Success, _) => 0,
             (Status::Rejected, _) => ErrorCode::Rejected.exit_code(),
-            (Status::Error, Some(e)) => e.code.exit_code(),
-            (Status::Error, None) => ErrorCode::Internal.exit_code(),
+            (Status::Error | Status::Cancelled, Some(e)) => e.code.exit_code(),
+            (Status::Error | Status::Cancelled, None) => ErrorCode::Internal.exit_code(),
         }
     }
 }
@@ -202,6 +216,11 @@ impl Executor {
     /// Runs one call through the whole pipeline. Never panics on bad input; every
     /// outcome is a response, and every response has an audit record.
     pub fn call(&self, call: ToolCall) -> CallResponse {
+        self.call_with(call, &CallHooks::default())
+    }
+
+    /// [`Executor::call`] with a caller's own approval channel and cancel switch.
+    pub fn call_with(&self, call: ToolCall, hooks: &CallHooks<'_>) -> CallResponse {
         let started = Instant::now();
         let ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let call_id = random_id("c");
@@ -210,7 +229,7 @@ impl Executor {
         let mut trace =
             Trace { tier: None, rule: None, decision: Decision::None, approved_by: None, sandbox: None, usage: None };
 
-        let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace);
+        let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
 
         let mut response = CallResponse {
             status: Status::Success,
@@ -230,6 +249,10 @@ impl Executor {
             Err(e) if e.code == ErrorCode::Rejected => {
                 response.status = Status::Rejected;
                 response.reason = Some(e.message.clone());
+            }
+            Err(e) if e.code == ErrorCode::Cancelled => {
+                response.status = Status::Cancelled;
+                response.error = Some(CallError::new(e.code, shape::sanitize_str(&e.message)));
             }
             Err(e) => {
                 response.status = Status::Error;
@@ -276,6 +299,7 @@ impl Executor {
         args_len: usize,
         args_sha256: &str,
         trace: &mut Trace,
+        hooks: &CallHooks<'_>,
     ) -> Result<(Value, bool), CallError> {
         // Resolve.
         let entry: &Entry = self.catalog.resolve(&call.tool)?;
@@ -336,10 +360,15 @@ impl Executor {
             };
             let location = rule.map_or(spec.location.as_str(), |r| r.location.as_str());
             let request = approval::Request { tool: name, tier, args: &call.args, args_sha256, preview, location };
-            match self.approver.approve(&request) {
+            let verdict = match hooks.approve {
+                Some(approve) => approve(&request),
+                None => self.approver.approve(&request),
+            };
+            match verdict {
                 Verdict::Approved(by) => trace.approved_by = Some(by),
                 Verdict::Rejected(why) => {
-                    trace.approved_by = Some(ApprovedBy::Prompt);
+                    trace.approved_by =
+                        Some(if hooks.approve.is_some() { ApprovedBy::Elicitation } else { ApprovedBy::Prompt });
                     trace.decision = Decision::Rejected;
                     return Err(CallError::new(ErrorCode::Rejected, why));
                 }
@@ -351,17 +380,27 @@ impl Executor {
             }
         }
         trace.decision = Decision::Allowed;
+        if hooks.cancel.is_cancelled() {
+            return Err(CallError::new(ErrorCode::Cancelled, format!("{name}: cancelled by the caller before it ran")));
+        }
 
         // Run.
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
         let RunOutput { value, usage, sandbox } = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) => {
                 trace.sandbox = Some(self.processes.report(&walls));
-                self.processes.call(name, exec, &call.args, &walls, tmp.as_ref().map(|t| t.path.as_path()))?
+                self.processes.call(
+                    name,
+                    exec,
+                    &call.args,
+                    &walls,
+                    tmp.as_ref().map(|t| t.path.as_path()),
+                    &hooks.cancel,
+                )?
             }
             (Runner::Plugin(_), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(plugin, name, call.args.to_string(), &walls)?
+                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel)?
             }
             (Runner::Plugin(p), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));

@@ -17,6 +17,7 @@
 //!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp.
 //! * [`shape`]: result sanitising and type-aware truncation.
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
+//! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
 //! * [`cli`]: the `warden` command line.
 //! * [`error`]: the stable error codes and their exit codes.
 
@@ -28,6 +29,7 @@ pub mod catalog;
 pub mod cli;
 pub mod error;
 pub mod executor;
+pub mod mcp;
 pub mod policy;
 pub mod runtime;
 pub mod shape;

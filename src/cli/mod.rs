@@ -93,6 +93,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             print_json(&output);
             Ok(code)
         }
+        Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
         Command::List { json } => {
             let executor = executor(&cli)?;
             list(executor.catalog(), *json);
@@ -156,6 +157,42 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+fn serve(
+    cli: &Cli,
+    http: Option<std::net::SocketAddr>,
+    approval_timeout: std::time::Duration,
+    allow_origin: &[String],
+) -> Result<u8, Failure> {
+    if cli.approve == Some(ApproveArg::Prompt) {
+        return Err(fail(
+            2,
+            "serve cannot prompt on a terminal: approvals go to the MCP client's user (drop --approve prompt)",
+        ));
+    }
+    let http = match http {
+        None => None,
+        Some(addr) => {
+            let token = match std::env::var("WARDEN_HTTP_TOKEN") {
+                Ok(t) if t.trim().len() >= 16 => t.trim().to_string(),
+                Ok(_) => return Err(fail(2, "WARDEN_HTTP_TOKEN must be at least 16 characters")),
+                Err(_) => {
+                    let mut b = [0u8; 32];
+                    getrandom::fill(&mut b).map_err(|e| fail(70, format!("no randomness for the token: {e}")))?;
+                    let t = hex::encode(b);
+                    eprintln!("warden: bearer token: {t} (set WARDEN_HTTP_TOKEN to choose one)");
+                    t
+                }
+            };
+            Some(crate::mcp::http::HttpOptions { addr, token, allowed_origins: allow_origin.to_vec() })
+        }
+    };
+    let options =
+        crate::mcp::ServeOptions { approval_timeout, approve_all: cli.approve == Some(ApproveArg::Yes), http };
+    let executor = executor(cli)?;
+    crate::mcp::serve(executor, options).map_err(|m| fail(70, m))?;
+    Ok(0)
+}
+
 fn print_json(v: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, v);
@@ -204,6 +241,10 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 fn approve_mode(cli: &Cli) -> ApproveMode {
+    if matches!(cli.command, Command::Serve { .. }) {
+        // stdin and stdout carry MCP: the client answers, through the server's own hook.
+        return if cli.approve == Some(ApproveArg::Yes) { ApproveMode::Yes } else { ApproveMode::Deny };
+    }
     match cli.approve {
         Some(ApproveArg::Yes) => ApproveMode::Yes,
         Some(ApproveArg::Deny) => ApproveMode::Deny,
@@ -228,36 +269,12 @@ fn executor(cli: &Cli) -> Result<Executor, Failure> {
         .map_err(|e| fail(e.code.exit_code(), e.message))
 }
 
-/// The read, write and net grants of `spec` as text. With `short`, the paths that
-/// `{system}` added are shown as the one word `{system}` when all of them are there
-/// with exactly the access `{system}` gives.
-fn grants_summary(spec: &crate::policy::ToolSpec, short: bool) -> (Vec<String>, Vec<String>, Vec<String>) {
-    use crate::policy::{GrantPath, SYSTEM_READ, SYSTEM_WRITE};
-    let g = &spec.grants;
-    let granted =
-        |p: &str, write: bool| g.paths.iter().any(|x| x.path == GrantPath::Fixed(p.into()) && x.write == write);
-    let system =
-        short && SYSTEM_READ.iter().all(|p| granted(p, false)) && SYSTEM_WRITE.iter().all(|p| granted(p, true));
-    let hidden = |x: &crate::policy::PathGrant| {
-        system
-            && matches!(&x.path, GrantPath::Fixed(p) if SYSTEM_READ.iter().chain(SYSTEM_WRITE).any(|s| p.as_os_str() == *s))
-    };
-    let mut read: Vec<String> = Vec::new();
-    if system {
-        read.push("{system}".into());
-    }
-    read.extend(g.paths.iter().filter(|p| !p.write && !hidden(p)).map(|p| p.path.to_string()));
-    let write = g.paths.iter().filter(|p| p.write && !hidden(p)).map(|p| p.path.to_string()).collect();
-    let net = g.net.iter().map(|n| n.to_string()).collect();
-    (read, write, net)
-}
-
 fn list(catalog: &Catalog, as_json: bool) {
     if as_json {
         let tools: Vec<Value> = catalog
             .visible()
             .map(|e| {
-                let (read, write, net) = grants_summary(&e.spec, false);
+                let (read, write, net) = e.spec.grants_text(false);
                 let mut o = json!({
                     "name": e.spec.name,
                     "tier": e.spec.tier,
@@ -286,7 +303,7 @@ fn list(catalog: &Catalog, as_json: bool) {
     }
     println!("{:<18} {:<8} {:<34} DESCRIPTION", "TOOL", "TIER", "GRANTS");
     for e in catalog.visible() {
-        let (read, write, net) = grants_summary(&e.spec, true);
+        let (read, write, net) = e.spec.grants_text(true);
         let mut grants = Vec::new();
         grants.extend(read.iter().map(|p| format!("read {p}")));
         grants.extend(write.iter().map(|p| format!("write {p}")));
@@ -309,7 +326,7 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
     println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
     let mut broken = 0;
     for e in catalog.entries() {
-        let (read, write, net) = grants_summary(&e.spec, true);
+        let (read, write, net) = e.spec.grants_text(true);
         let mut grants = Vec::new();
         grants.extend(read.iter().map(|p| format!("read {p}")));
         grants.extend(write.iter().map(|p| format!("write {p}")));

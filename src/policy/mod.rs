@@ -388,6 +388,29 @@ impl Policy {
 }
 
 impl ToolSpec {
+    /// The read, write and net grants as text. With `short`, the paths that
+    /// `{system}` added are shown as the one word `{system}` when all of them are there
+    /// with exactly the access `{system}` gives.
+    pub fn grants_text(&self, short: bool) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let g = &self.grants;
+        let granted =
+            |p: &str, write: bool| g.paths.iter().any(|x| x.path == GrantPath::Fixed(p.into()) && x.write == write);
+        let system =
+            short && SYSTEM_READ.iter().all(|p| granted(p, false)) && SYSTEM_WRITE.iter().all(|p| granted(p, true));
+        let hidden = |x: &PathGrant| {
+            system
+                && matches!(&x.path, GrantPath::Fixed(p) if SYSTEM_READ.iter().chain(SYSTEM_WRITE).any(|s| p.as_os_str() == *s))
+        };
+        let mut read: Vec<String> = Vec::new();
+        if system {
+            read.push("{system}".into());
+        }
+        read.extend(g.paths.iter().filter(|p| !p.write && !hidden(p)).map(|p| p.path.to_string()));
+        let write = g.paths.iter().filter(|p| p.write && !hidden(p)).map(|p| p.path.to_string()).collect();
+        let net = g.net.iter().map(|n| n.to_string()).collect();
+        (read, write, net)
+    }
+
     /// The plugin's name, for component tools.
     pub fn plugin(&self) -> Option<&str> {
         match &self.runner {

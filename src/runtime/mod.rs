@@ -11,11 +11,35 @@ pub mod wasm;
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{GrantPath, Limits, NetGrant, ToolSpec};
+
+/// A switch that stops one running call: its process tree is killed, or its
+/// component traps at the next epoch tick. Cloned handles share the switch.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A switch that is off.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Stops the call (idempotent).
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the call was stopped.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// What a call used.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -32,7 +32,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use self::spec::{HelperReport, MAX_REPORT, RlimitSpec, SandboxSpec};
-use super::{RunOutput, SandboxReport, Usage, Walls};
+use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
@@ -81,6 +81,7 @@ struct Ended {
     status: i32,
     rusage: libc::rusage,
     timed_out: bool,
+    cancelled: bool,
 }
 
 impl ProcessRuntime {
@@ -122,7 +123,8 @@ impl ProcessRuntime {
         ))
     }
 
-    /// Runs `exec` with `args` (already validated) inside `walls`.
+    /// Runs `exec` with `args` (already validated) inside `walls`; `cancel`
+    /// kills the whole process tree when switched on.
     pub fn call(
         &self,
         tool: &str,
@@ -130,6 +132,7 @@ impl ProcessRuntime {
         args: &Value,
         walls: &Walls,
         tmp: Option<&std::path::Path>,
+        cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
         self.check_support(tool)?;
         let helper = self.helper.as_ref().ok_or_else(|| {
@@ -233,7 +236,7 @@ impl ProcessRuntime {
         let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
         let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
 
-        let ended = supervise(pid, limits.timeout);
+        let ended = supervise(pid, limits.timeout, cancel);
         let (stdout, out_total) = out_reader.join().unwrap_or_default();
         let (stderr, err_total) = err_reader.join().unwrap_or_default();
         let hit_pids_max = cgroup.as_ref().is_some_and(limits::PidsCgroup::hit_max);
@@ -243,6 +246,15 @@ impl ProcessRuntime {
 
         // Every end of the socket is closed now: the helper exec'd (close-on-exec) or exited.
         let report = read_report(&mut channel);
+        if ended.cancelled {
+            return Err(CallError::new(
+                ErrorCode::Cancelled,
+                format!(
+                    "{tool}: cancelled by the caller after {:.1}s; its process tree was killed",
+                    elapsed.as_secs_f64()
+                ),
+            ));
+        }
         // A timeout while the helper was still confining itself is still a timeout.
         if !report.ok && !ended.timed_out {
             let why = report.error.clone().unwrap_or_else(|| {
@@ -431,9 +443,12 @@ fn read_capped(stream: Option<Box<dyn Read + Send>>, cap: usize, pgid: Pid, over
     (kept, total)
 }
 
-/// Waits for the tool with a wall-clock limit, kills its whole process group
-/// (before reaping, so the group id cannot be reused), then reaps it.
-fn supervise(pid: Pid, timeout: Duration) -> Result<Ended, CallError> {
+/// How often the supervisor looks at the cancel switch.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// Waits for the tool with a wall-clock limit and the cancel switch, kills its
+/// whole process group (before reaping, so the group id cannot be reused), then reaps it.
+fn supervise(pid: Pid, timeout: Duration, cancel: &Cancel) -> Result<Ended, CallError> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         // Wait for exit without reaping: the zombie keeps the pid and group id reserved.
@@ -445,16 +460,26 @@ fn supervise(pid: Pid, timeout: Duration) -> Result<Ended, CallError> {
         };
         let _ = tx.send(r);
     });
-    let timed_out = match rx.recv_timeout(timeout) {
-        Ok(_) => false,
-        Err(_) => {
-            let _ = killpg(pid, Signal::SIGKILL);
-            // Before the helper's setsid there is no group yet: kill the helper itself.
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            let _ = rx.recv();
-            true
+    let deadline = Instant::now() + timeout;
+    let (mut timed_out, mut cancelled) = (false, false);
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            timed_out = true;
+        } else if cancel.is_cancelled() {
+            cancelled = true;
+        } else {
+            match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                _ => break,
+            }
         }
-    };
+        let _ = killpg(pid, Signal::SIGKILL);
+        // Before the helper's setsid there is no group yet: kill the helper itself.
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        let _ = rx.recv();
+        break;
+    }
     kill_group(pid);
     let mut status = 0;
     // SAFETY: rusage is plain data the kernel fills; status is a valid i32 out-pointer.
@@ -467,7 +492,7 @@ fn supervise(pid: Pid, timeout: Duration) -> Result<Ended, CallError> {
     if r < 0 {
         return Err(CallError::new(ErrorCode::Internal, format!("wait4: {}", std::io::Error::last_os_error())));
     }
-    Ok(Ended { status, rusage, timed_out })
+    Ok(Ended { status, rusage, timed_out, cancelled })
 }
 
 /// Sends SIGKILL to the group until nothing in it is left.

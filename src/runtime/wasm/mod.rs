@@ -28,7 +28,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
-use super::{RunOutput, SandboxReport, Usage, Walls};
+use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{MAX_COMPONENT_MEMORY, PluginSource, PluginSpec};
 
@@ -45,6 +45,20 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub const MAX_COMPONENT_FILE: u64 = 64 << 20;
 /// Extra wall time the outer wait allows past the epoch deadline.
 const OUTER_GRACE: Duration = Duration::from_secs(2);
+/// How often the outer wait looks at the cancel switch.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// The error a cancelled component traps with.
+#[derive(Debug)]
+struct CancelledByCaller;
+
+impl std::fmt::Display for CancelledByCaller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cancelled by the caller")
+    }
+}
+
+impl std::error::Error for CancelledByCaller {}
 /// Limits for `describe()`, which runs once at load.
 const DESCRIBE_MEMORY: u64 = 64 << 20;
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -250,7 +264,7 @@ impl ComponentRuntime {
             },
             workspace: PathBuf::from("/"),
         };
-        let (mut store, _out, _err) = self.store(&walls)?;
+        let (mut store, _out, _err) = self.store(&walls, Cancel::new())?;
         let tools = pre
             .instantiate(&mut store)
             .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
@@ -263,8 +277,9 @@ impl ComponentRuntime {
         Ok(loaded)
     }
 
-    /// A fresh store confined to `walls`, with its stdout and stderr pipes.
-    fn store(&self, walls: &Walls) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
+    /// A fresh store confined to `walls`, with its stdout and stderr pipes; it
+    /// traps at the next epoch tick once `cancel` is switched on.
+    fn store(&self, walls: &Walls, cancel: Cancel) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
         let cap = usize::try_from(walls.limits.max_output).unwrap_or(usize::MAX);
         let (out, err) = (CappedPipe::new(cap), CappedPipe::new(cap));
         let mut b = WasiCtxBuilder::new();
@@ -316,9 +331,19 @@ impl ComponentRuntime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        let ticks = walls.limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // Every tick the callback looks at the cancel switch and counts down the timeout.
+        let mut ticks_left = walls.limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if cancel.is_cancelled() {
+                return Err(wasmtime::Error::new(CancelledByCaller));
+            }
+            ticks_left = ticks_left.saturating_sub(1);
+            if ticks_left == 0 {
+                return Err(wasmtime::Error::new(Trap::Interrupt));
+            }
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        });
         Ok((store, out, err))
     }
 
@@ -333,8 +358,9 @@ impl ComponentRuntime {
         tool: &str,
         args: String,
         walls: &Walls,
+        cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(walls)?;
+        let (store, out, err) = self.store(walls, cancel.clone())?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -344,14 +370,35 @@ impl ComponentRuntime {
                 let _ = tx.send(run_in_store(store, &plugin, &tool_name, &args, out, err));
             })
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start a call thread: {e}")))?;
-        let limit = walls.limits.timeout + OUTER_GRACE;
-        match rx.recv_timeout(limit) {
-            Ok(result) => result,
-            Err(_) => Err(CallError::new(
+        let started = Instant::now();
+        let mut limit = walls.limits.timeout + OUTER_GRACE;
+        let mut cancelled_at = None;
+        loop {
+            let waited = started.elapsed();
+            if waited >= limit {
+                break;
+            }
+            match rx.recv_timeout(CANCEL_POLL.min(limit - waited)) {
+                Ok(result) => return result,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if cancelled_at.is_none() && cancel.is_cancelled() {
+                // The guest traps at its next tick; a host call in progress gets the grace period.
+                cancelled_at = Some(started.elapsed());
+                limit = limit.min(started.elapsed() + OUTER_GRACE);
+            }
+        }
+        Err(match cancelled_at {
+            Some(at) => CallError::new(
+                ErrorCode::Cancelled,
+                format!("{tool}: cancelled by the caller after {:.1}s", at.as_secs_f64()),
+            ),
+            None => CallError::new(
                 ErrorCode::Timeout,
                 format!("{tool}: did not finish within {:?} (limits.timeout)", walls.limits.timeout),
-            )),
-        }
+            ),
+        })
     }
 
     /// What the component runtime enforces for these walls.
@@ -432,7 +479,12 @@ fn run_in_store(
         Err(e) => {
             let trap = e.downcast_ref::<Trap>().copied();
             let elapsed = started.elapsed();
-            Err(if trap == Some(Trap::Interrupt) {
+            Err(if e.downcast_ref::<CancelledByCaller>().is_some() {
+                CallError::new(
+                    ErrorCode::Cancelled,
+                    format!("{tool}: cancelled by the caller after {:.1}s", elapsed.as_secs_f64()),
+                )
+            } else if trap == Some(Trap::Interrupt) {
                 CallError::new(
                     ErrorCode::Timeout,
                     format!("{tool}: stopped after {:.1}s (limits.timeout)", elapsed.as_secs_f64()),

@@ -1,0 +1,92 @@
+//! `warden serve`: the policy's tools to any MCP client.
+//!
+//! * [`server`]: `tools/list` and `tools/call` over the executor, progress and
+//!   cancellation.
+//! * [`approval`]: `ask`/`confirm` answered by the client's user, through
+//!   `elicitation/create` (legacy sessions) or `input_required` with a sealed,
+//!   single-use `requestState` (2026-07-28).
+//! * [`tools`]: tool definitions and annotations from the policy; responses as results.
+//! * [`http`]: the Streamable HTTP transport (bearer token, Origin check).
+//!
+//! On stdio, stdout carries only MCP frames; logs go to stderr; the server exits
+//! 0 when stdin closes.
+
+#![forbid(unsafe_code)]
+
+pub mod approval;
+pub mod http;
+pub mod server;
+pub mod tools;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
+
+use self::approval::Sealer;
+use self::server::{Shared, WardenServer};
+use crate::executor::Executor;
+
+/// The default time a client's user has to answer an approval question.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Environment variable holding the requestState key (hex, at least 32 bytes),
+/// shared by instances behind one load balancer.
+pub const STATE_KEY_ENV: &str = "WARDEN_STATE_KEY";
+
+/// How `warden serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long an approval may take.
+    pub approval_timeout: Duration,
+    /// `--approve yes`: every call is approved by the flag, nobody is asked.
+    pub approve_all: bool,
+    /// Serve Streamable HTTP instead of stdio.
+    pub http: Option<http::HttpOptions>,
+}
+
+/// The requestState key: from [`STATE_KEY_ENV`], else fresh random bytes.
+fn state_key() -> Result<Vec<u8>, String> {
+    if let Ok(hex_key) = std::env::var(STATE_KEY_ENV) {
+        let key = hex::decode(hex_key.trim())
+            .map_err(|e| format!("{STATE_KEY_ENV} is not hex: {e} (give at least 64 hex digits)"))?;
+        if key.len() < 32 {
+            return Err(format!("{STATE_KEY_ENV} has {} bytes; it needs at least 32 (64 hex digits)", key.len()));
+        }
+        return Ok(key);
+    }
+    let mut key = vec![0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| format!("no randomness for the requestState key: {e}"))?;
+    Ok(key)
+}
+
+/// Runs the server until stdin closes (stdio) or a signal arrives (HTTP).
+pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
+    let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
+    let shared = Arc::new(Shared::new(executor, sealer, options.approve_all));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("warden-mcp")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let result = runtime.block_on(async move {
+        match options.http {
+            Some(h) => http::serve(shared, h).await,
+            None => stdio(shared).await,
+        }
+    });
+    // Calls still running on blocking threads finish (and are audited) in the background.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
+}
+
+async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let running = match WardenServer::new(shared, true).serve((stdin, stdout)).await {
+        Ok(r) => r,
+        // stdin closed before the client said anything: nothing to serve.
+        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(format!("the MCP client's first message was not usable: {e}")),
+    };
+    running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}"))
+}

@@ -1,0 +1,226 @@
+//! The MCP server: `tools/list` and `tools/call` over the policy's tools.
+//!
+//! Every call goes through the same [`Executor`] as `warden call`, on a blocking
+//! thread, with the MCP client as its approval channel (see [`super::approval`])
+//! and a cancel switch that `notifications/cancelled` (or a dropped request)
+//! turns on. Calls that run longer than a second report progress once a second
+//! when the client asked for it with a progress token.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::approval::{self, Live, Sealer, SessionGrants, Stateless};
+use super::tools;
+use crate::approval::{Request, Verdict};
+use crate::executor::{CallHooks, Executor, ToolCall};
+use crate::runtime::Cancel;
+
+/// The most calls one server runs at once; more wait for a slot.
+pub const MAX_CONCURRENT_CALLS: usize = 16;
+/// How often a long call reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// What every connection of one server shares.
+pub struct Shared {
+    executor: Executor,
+    tools: Vec<Tool>,
+    sealer: Arc<Sealer>,
+    slots: Arc<Semaphore>,
+    approve_all: bool,
+}
+
+impl Shared {
+    /// Shares `executor`; `approve_all` (from `--approve yes`) lets the
+    /// executor's own approver answer instead of the client.
+    pub fn new(executor: Executor, sealer: Sealer, approve_all: bool) -> Shared {
+        let tools = tools::list(executor.catalog());
+        Shared {
+            executor,
+            tools,
+            sealer: Arc::new(sealer),
+            slots: Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS)),
+            approve_all,
+        }
+    }
+
+    /// The tools offered.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+}
+
+/// One MCP session's handler (the stdio connection, or one HTTP request).
+#[derive(Clone)]
+pub struct WardenServer {
+    shared: Arc<Shared>,
+    /// "Always for this session" answers; `None` where the transport has no session.
+    grants: Option<Arc<SessionGrants>>,
+}
+
+impl WardenServer {
+    /// A handler for a transport with sessions (stdio) or without (stateless HTTP).
+    pub fn new(shared: Arc<Shared>, sessions: bool) -> WardenServer {
+        WardenServer { shared, grants: sessions.then(Arc::default) }
+    }
+}
+
+/// Who answers approvals for one call.
+enum Asker {
+    /// The executor's own approver (`--approve yes`).
+    Executor,
+    Live(Live),
+    Stateless(Arc<Stateless>),
+    Nobody(&'static str),
+}
+
+/// Turns the switch on if the request's future is dropped before the call ends.
+struct CancelOnDrop(Cancel, bool);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancel();
+        }
+    }
+}
+
+impl ServerHandler for WardenServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("warden", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "warden runs these tools under a security policy: each runs in a sandbox limited to the \
+                 grants in its description, and tools of tier ask or confirm need the user's approval.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.shared.tools.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.shared.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let shared = self.shared.clone();
+        let name = request.name.to_string();
+        // Unknown names are a protocol fault; everything else is a result.
+        if let Err(e) = shared.executor.catalog().resolve(&name) {
+            return Err(McpError::invalid_params(e.message, None));
+        }
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
+        let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
+        let progress = context.meta.get_progress_token();
+
+        let asker = if shared.approve_all {
+            Asker::Executor
+        } else if !can_elicit {
+            Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)")
+        } else if modern {
+            Asker::Stateless(Arc::new(Stateless {
+                state: request.request_state.clone(),
+                responses: request.input_responses.clone(),
+                sealer: shared.sealer.clone(),
+                grants: self.grants.clone(),
+                input_required: Default::default(),
+            }))
+        } else if let Some(grants) = &self.grants {
+            Asker::Live(Live {
+                handle: tokio::runtime::Handle::current(),
+                peer: context.peer.clone(),
+                cancelled: context.ct.clone(),
+                sealer: shared.sealer.clone(),
+                grants: grants.clone(),
+            })
+        } else {
+            Asker::Nobody(
+                "this MCP client uses the legacy protocol over stateless HTTP, where warden cannot ask it \
+                 (use the 2026-07-28 protocol or stdio)",
+            )
+        };
+        let stateless = match &asker {
+            Asker::Stateless(s) => Some(s.clone()),
+            _ => None,
+        };
+
+        let _slot = shared
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| McpError::internal_error("the server is shutting down", None))?;
+        let cancel = Cancel::new();
+        let mut on_drop = CancelOnDrop(cancel.clone(), false);
+        let switch = cancel.clone();
+        let worker = shared.clone();
+        let mut call = tokio::task::spawn_blocking(move || {
+            let hook = |req: &Request<'_>| -> Verdict {
+                match &asker {
+                    Asker::Executor => unreachable_verdict(req),
+                    Asker::Live(live) => live.ask(req),
+                    Asker::Stateless(s) => s.ask(req),
+                    Asker::Nobody(why) => approval::cannot_ask(req, why),
+                }
+            };
+            let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
+                if matches!(asker, Asker::Executor) { None } else { Some(&hook) };
+            worker.executor.call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch })
+        });
+
+        let started = Instant::now();
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        let mut watching = true;
+        let joined = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                _ = context.ct.cancelled(), if watching => {
+                    // Keep waiting: the call ends promptly and its audit record is written.
+                    cancel.cancel();
+                    watching = false;
+                }
+                _ = ticks.tick(), if progress.is_some() => {
+                    if let Some(token) = progress.clone() {
+                        let secs = started.elapsed().as_secs_f64().floor();
+                        let note = ProgressNotificationParam::new(token, secs)
+                            .with_message(format!("{} running for {secs:.0}s", request.name));
+                        let _ = context.peer.notify_progress(note).await;
+                    }
+                }
+            }
+        };
+        on_drop.1 = true;
+        let response = joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))?;
+
+        if let Some(s) = stateless
+            && response.error.as_ref().is_some_and(|e| e.code == crate::ErrorCode::ApprovalRequired)
+            && let Some(input) = s.input_required.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        {
+            return Ok(input.into());
+        }
+        Ok(tools::result(&response).into())
+    }
+}
+
+/// `--approve yes` lets the executor answer; the hook is never installed then.
+fn unreachable_verdict(req: &Request<'_>) -> Verdict {
+    approval::cannot_ask(req, "no approval channel is configured")
+}

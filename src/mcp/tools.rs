@@ -1,0 +1,116 @@
+//! The policy's tools as MCP sees them, and call responses as MCP results.
+//!
+//! `tools/list` shows every tool that is not `deny` and is ready, sorted by name.
+//! Annotations come from the policy, never from the plugin: `readOnlyHint` (and
+//! `idempotentHint`) when the tool can write nowhere that outlives the call and
+//! reach no network, `destructiveHint` for `confirm`, `openWorldHint` only with a
+//! network grant. The description ends with the tier and the grants, so the
+//! agent and the person reading its transcript see the walls.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, Entry};
+use crate::executor::{CallResponse, Status};
+use crate::policy::units::format_duration;
+use crate::policy::{GrantPath, SYSTEM_WRITE, Tier};
+
+/// The MCP tool list of `catalog`: visible, ready tools sorted by name.
+pub fn list(catalog: &Catalog) -> Vec<Tool> {
+    let mut tools = Vec::new();
+    for entry in catalog.visible() {
+        match &entry.state {
+            Ok(_) => tools.push(tool(entry)),
+            Err(e) => tracing::warn!(tool = %entry.spec.name, "not offered over MCP: {}", e.message),
+        }
+    }
+    tools
+}
+
+/// Whether the tool can change nothing that outlives the call: no write grant
+/// except the per-call `{tmp}` and the `{system}` devices, and no network.
+fn read_only(entry: &Entry) -> bool {
+    let g = &entry.spec.grants;
+    let lasting_write = g.paths.iter().any(|p| {
+        p.write
+            && match &p.path {
+                GrantPath::Fixed(path) => !SYSTEM_WRITE.iter().any(|s| path.as_os_str() == *s),
+                GrantPath::Tmp(_) => false,
+            }
+    });
+    !lasting_write && g.net.is_empty()
+}
+
+fn tool(entry: &Entry) -> Tool {
+    let spec = &entry.spec;
+    let (description, schema) = match &entry.state {
+        Ok(r) => (r.description.as_str(), r.schema.clone()),
+        Err(_) => ("", json!({"type": "object"})),
+    };
+    let (read, write, net) = spec.grants_text(true);
+    let none = |v: &[String]| if v.is_empty() { "nothing".to_string() } else { v.join(", ") };
+    let tier = match spec.tier {
+        Tier::Auto => "auto (runs without asking)",
+        Tier::Ask => "ask (the user approves each call, or the rest of the session)",
+        Tier::Confirm => "confirm (the user approves each call with its exact arguments)",
+        Tier::Deny => "deny",
+    };
+    let text = format!(
+        "{description}\n\n[warden] tier: {tier}. Reads: {}. Writes: {}. Network: {}. Timeout: {}.",
+        none(&read),
+        none(&write),
+        if net.is_empty() { "none".to_string() } else { net.join(", ") },
+        format_duration(spec.limits.timeout)
+    );
+    let schema: JsonObject = match schema {
+        Value::Object(o) => o,
+        // MCP needs an object schema; a non-object one is wrapped so nothing is lost.
+        other => {
+            let mut o = JsonObject::new();
+            o.insert("allOf".into(), json!([other]));
+            o.insert("type".into(), json!("object"));
+            o
+        }
+    };
+    let read_only = read_only(entry);
+    let annotations = ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(spec.tier == Tier::Confirm)
+        .idempotent(read_only)
+        .open_world(!spec.grants.net.is_empty());
+    Tool::new(spec.name.clone(), text, Arc::new(schema)).with_annotations(annotations)
+}
+
+/// The MCP result of a response: success is the tool's result as text plus the
+/// whole result document as `structuredContent`; everything else `isError`.
+pub fn result(response: &CallResponse) -> CallToolResult {
+    let doc = response.to_json();
+    let mut r = match response.status {
+        Status::Success => {
+            let value = response.result.clone().unwrap_or(Value::Null);
+            let mut text = match &value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if response.truncated {
+                text.push_str("\n[warden: the result was truncated at limits.max_output]");
+            }
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        }
+        Status::Rejected => CallToolResult::error(vec![ContentBlock::text(format!(
+            "REJECTED: {}",
+            response.reason.clone().unwrap_or_default()
+        ))]),
+        Status::Error | Status::Cancelled => {
+            let text = match &response.error {
+                Some(e) => format!("{}: {}", e.code, e.message),
+                None => "INTERNAL: the call failed without an error".to_string(),
+            };
+            CallToolResult::error(vec![ContentBlock::text(text)])
+        }
+    };
+    r.structured_content = Some(doc);
+    r
+}
