@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod approval;
+pub mod frames;
 pub mod http;
 pub mod server;
 pub mod tools;
@@ -81,12 +82,14 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
 }
 
 async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
-    let (stdin, stdout) = rmcp::transport::stdio();
-    let running = match WardenServer::new(shared, true).serve((stdin, stdout)).await {
-        Ok(r) => r,
+    let (input, output, writer) = frames::gate(tokio::io::stdin(), tokio::io::stdout());
+    let served = match WardenServer::new(shared, true).serve((input, output)).await {
+        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
         // stdin closed before the client said anything: nothing to serve.
-        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-        Err(e) => return Err(format!("the MCP client's first message was not usable: {e}")),
+        Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(e) => Err(format!("the MCP client's first message was not usable: {e}")),
     };
-    running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}"))
+    // Every frame written reaches stdout before the process exits.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    served
 }

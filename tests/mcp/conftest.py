@@ -1,0 +1,121 @@
+"""Fixtures for the end-to-end MCP tests: the real `warden serve`, driven by the
+official Python SDK (`mcp` 2.3, which this project did not write).
+
+Run by `cargo test --test mcp`, which creates the virtualenv and passes:
+WARDEN_BIN (the binary), WARDEN_CACHE_DIR (shared compile cache) and, for the
+Inspector test, INSPECTOR_CLI (the Inspector's cli.js).
+"""
+
+import json
+import os
+import pathlib
+
+import pytest
+
+WARDEN = os.environ["WARDEN_BIN"]
+
+POLICY = """
+version = 1
+
+[defaults]
+tier = "ask"
+timeout = "30s"
+
+[plugins.fs]
+source = "builtin:fs"
+
+[tools.read_file]
+plugin = "fs"
+tier = "auto"
+fs.read = ["{workspace}"]
+
+[tools.write_file]
+plugin = "fs"
+tier = "ask"
+fs.write = ["{workspace}"]
+
+[tools.delete_file]
+plugin = "fs"
+tier = "confirm"
+fs.write = ["{workspace}"]
+
+[tools.move_file]
+plugin = "fs"
+tier = "deny"
+fs.write = ["{workspace}"]
+
+[tools.shell]
+exec = ["/bin/sh", "-c", "{command}"]
+description = "Run a shell command in the workspace"
+tier = "auto"
+fs.read = ["{system}", "{workspace}"]
+fs.write = ["{workspace}"]
+env = { pass = ["PATH"] }
+limits = { timeout = "120s", cpu = "120s" }
+
+[tools.fetch]
+exec = ["/bin/true"]
+description = "Pretend to fetch"
+tier = "auto"
+fs.read = ["{system}"]
+net.connect = ["127.0.0.1:9"]
+"""
+
+
+class Warden:
+    """One test's workspace, policy and audit log, and how to start warden on them."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.ws = root / "ws"
+        self.ws.mkdir()
+        (self.ws / "a.txt").write_text("hello from the workspace\n")
+        self.policy = root / "policy.toml"
+        self.policy.write_text(POLICY)
+        self.log = root / "audit.jsonl"
+
+    def argv(self, *extra: str) -> list[str]:
+        return [
+            "--policy", str(self.policy),
+            "--audit-log", str(self.log),
+            "--workspace", str(self.ws),
+            *extra,
+        ]
+
+    def env(self) -> dict[str, str]:
+        return {
+            "WARDEN_CACHE_DIR": os.environ["WARDEN_CACHE_DIR"],
+            "HOME": str(self.root),
+            "RUST_LOG": "warn",
+        }
+
+    def stdio(self, *serve_args: str):
+        from mcp import StdioServerParameters
+
+        return StdioServerParameters(
+            command=WARDEN,
+            args=self.argv("serve", "--approval-timeout", "10s", *serve_args),
+            env=self.env(),
+            cwd=str(self.ws),
+        )
+
+    def records(self) -> list[dict]:
+        if not self.log.exists():
+            return []
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+        return out
+
+
+@pytest.fixture
+def warden(tmp_path: pathlib.Path) -> Warden:
+    return Warden(tmp_path)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
