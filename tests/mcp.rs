@@ -1,0 +1,92 @@
+//! `warden serve` end to end against MCP clients this project did not write:
+//! the official Python SDK (`mcp` 2.3, in a virtualenv under the target
+//! directory) runs `tests/mcp/*.py` with pytest, and the MCP Inspector CLI
+//! (npm `@modelcontextprotocol/inspector` 0.15) lists and calls tools.
+//!
+//! Both are installed here on first use, from PyPI and npm, so `cargo test`
+//! needs only `python3` (with venv) and `npm` on the machine; `.ci/run` installs
+//! those when they are missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MCP_SDK: &str = "mcp==2.3.0";
+const PYTEST: &str = "pytest==8.4.2";
+const INSPECTOR: &str = "@modelcontextprotocol/inspector@0.15.0";
+
+fn tmp() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf()
+}
+
+fn run(what: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e} ({cmd:?})"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The virtualenv's python, with the SDK and pytest installed.
+fn python() -> PathBuf {
+    let venv = tmp().join("mcp-venv");
+    let py = venv.join("bin").join("python");
+    let ready = py.is_file()
+        && Command::new(&py)
+            .args(["-c", "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'; import pytest"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        run("python3 -m venv (install python3-venv)", Command::new("python3").arg("-m").arg("venv").arg(&venv));
+        run(
+            "pip install",
+            Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_SDK, PYTEST]),
+        );
+    }
+    py
+}
+
+/// The Inspector's CLI entry point.
+fn inspector() -> PathBuf {
+    let dir = tmp().join("inspector");
+    let cli = dir.join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    if !cli.is_file() {
+        std::fs::create_dir_all(&dir).unwrap();
+        if !dir.join("package.json").is_file() {
+            std::fs::write(dir.join("package.json"), "{\"name\":\"warden-test-inspector\",\"private\":true}\n").unwrap();
+        }
+        run(
+            "npm install (install nodejs and npm)",
+            Command::new("npm").current_dir(&dir).args(["install", "--no-audit", "--no-fund", "--silent", INSPECTOR]),
+        );
+    }
+    cli
+}
+
+#[test]
+fn python_sdk_and_inspector_end_to_end() {
+    let py = python();
+    let cli = inspector();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("mcp");
+    let out = Command::new(&py)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA"])
+        .arg(&suite)
+        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
+        .env("WARDEN_CACHE_DIR", tmp().join("warden-test-cache"))
+        .env("INSPECTOR_CLI", &cli)
+        .env_remove("WARDEN_HTTP_TOKEN")
+        .env_remove("WARDEN_STATE_KEY")
+        .output()
+        .unwrap();
+    let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{report}");
+    assert!(out.status.success(), "the MCP end-to-end suite failed:\n{report}");
+    // The suite really ran: every test file contributed.
+    for file in ["test_stdio.py", "test_robustness.py", "test_http.py"] {
+        assert!(report.contains(file), "{file} did not run:\n{report}");
+    }
+}
