@@ -217,3 +217,28 @@ fn concurrent_calls_share_one_engine() {
         }
     });
 }
+
+/// The executor's cancel switch stops a component in an infinite loop at its
+/// next epoch tick, well before its timeout, and the call is recorded as cancelled.
+#[test]
+fn a_cancelled_component_stops_before_its_timeout() {
+    use warden::executor::CallHooks;
+    use warden::runtime::Cancel;
+
+    let k = kit("");
+    let hooks = CallHooks { approve: None, cancel: Cancel::new() };
+    let switch = hooks.cancel.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        switch.cancel();
+    });
+    // `spin` has a 1s timeout: CANCELLED (not TIMEOUT) shows the switch ended it.
+    let r = k.exec.call_with(ToolCall::new("spin", json!({})), &hooks);
+    canceller.join().unwrap();
+    assert_eq!(code(&r), "CANCELLED", "{r:?}");
+    assert_eq!(r.status, Status::Cancelled);
+    let log = std::fs::read_to_string(k._dir.path().join("audit.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(last["status"], "cancelled");
+    still_serves(&k);
+}

@@ -57,7 +57,8 @@ fn inspector() -> PathBuf {
     if !cli.is_file() {
         std::fs::create_dir_all(&dir).unwrap();
         if !dir.join("package.json").is_file() {
-            std::fs::write(dir.join("package.json"), "{\"name\":\"warden-test-inspector\",\"private\":true}\n").unwrap();
+            std::fs::write(dir.join("package.json"), "{\"name\":\"warden-test-inspector\",\"private\":true}\n")
+                .unwrap();
         }
         run(
             "npm install (install nodejs and npm)",

@@ -595,3 +595,52 @@ fn a_warden_binary_without_warden_sandbox_beside_it_is_its_own_helper() {
     assert_eq!(out.status.code(), Some(0), "{text} {}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains(r#""stdout":"ok\n""#), "{text}");
 }
+
+/// The executor's cancel switch (what MCP `notifications/cancelled` turns on)
+/// kills the whole process tree, daemonised children included, and the call is
+/// recorded as cancelled.
+#[test]
+fn a_cancelled_call_leaves_no_process_behind() {
+    use warden::approval::{ApproveMode, Approver};
+    use warden::executor::CallHooks;
+    use warden::policy::Context;
+    use warden::runtime::Cancel;
+
+    let env = Env::new();
+    let path = policy(&env, "", "timeout = \"60s\"");
+    let ctx = Context { workspace: env.ws.clone(), home: env.root.path().into(), cache: env.root.path().into() };
+    let policy = warden::Policy::load(Path::new(&path), &ctx).unwrap();
+    std::fs::create_dir_all(env.log.parent().unwrap()).unwrap();
+    let log = warden::audit::AuditLog::open(&env.log).unwrap();
+    let options =
+        warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) };
+    let exec = warden::Executor::new(policy, Approver::new(ApproveMode::Deny), log, options).unwrap();
+    let marker = "cancelmark-5e1d";
+    let hooks = CallHooks { approve: None, cancel: Cancel::new() };
+    let switch = hooks.cancel.clone();
+    let ws = env.ws.clone();
+    let watcher = std::thread::spawn(move || {
+        // Cancel once both the daemonised child and the shell are running.
+        for _ in 0..400 {
+            if std::fs::read_to_string(ws.join("started")).is_ok_and(|s| s.lines().count() == 2) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let before = survivors("cancelmark-5e1d").len();
+        switch.cancel();
+        before
+    });
+    let command =
+        format!("(exec -a {marker} sleep 300 &); echo a > started; echo b >> started; exec -a {marker} sleep 300");
+    let r = exec.call_with(warden::ToolCall::new("shell", json!({ "command": command })), &hooks);
+    let before = watcher.join().unwrap();
+    assert!(before >= 2, "the sleeps were not running before the cancel ({before})");
+    assert_eq!(r.status, warden::Status::Cancelled, "{r:?}");
+    assert_eq!(r.error.as_ref().map(|e| e.code.as_str()), Some("CANCELLED"));
+    assert_eq!(r.to_json()["status"], "cancelled");
+    assert!(survivors(marker).is_empty(), "survivors: {:?}", survivors(marker));
+    let last = std::fs::read_to_string(&env.log).unwrap();
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!((last["status"].as_str(), last["error_code"].as_str()), (Some("cancelled"), Some("CANCELLED")));
+}
