@@ -15,28 +15,9 @@ use util::Env;
 /// Runs `warden ARGS` under a pty, typing `answers`; returns the exit code and
 /// everything the terminal showed.
 fn on_a_terminal(env: &Env, args: &[&str], answers: &str) -> Option<(i32, String)> {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: util-linux `script` is not installed, so no pseudo-terminal can be made");
-        return None;
-    }
     let mut line = vec![env!("CARGO_BIN_EXE_warden").to_string(), "--audit-log".into(), env.log.display().to_string()];
     line.extend(args.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))));
-    let mut child = Command::new("script")
-        .args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
-        .current_dir(&env.ws)
-        .env("WARDEN_CACHE_DIR", util::cache_dir())
-        .env("HOME", env.root.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(answers.as_bytes()).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace('\r', "")))
+    on_a_terminal_shell(env, &line.join(" "), answers)
 }
 
 fn result_docs(screen: &str) -> Vec<Value> {
@@ -102,9 +83,11 @@ fn confirm_never_offers_always() {
     assert!(env.ws.join("gone.txt").exists());
 }
 
+/// Runs `shell_line` under a pty, typing `answers`; returns the exit code and
+/// everything the terminal showed.
 fn on_a_terminal_shell(env: &Env, shell_line: &str, answers: &str) -> Option<(i32, String)> {
     if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: util-linux `script` is not installed");
+        eprintln!("skipped: util-linux `script` is not installed, so no pseudo-terminal can be made");
         return None;
     }
     let mut child = Command::new("script")

@@ -186,8 +186,7 @@ fn serve(
             Some(crate::mcp::http::HttpOptions { addr, token, allowed_origins: allow_origin.to_vec() })
         }
     };
-    let options =
-        crate::mcp::ServeOptions { approval_timeout, approve_all: cli.approve == Some(ApproveArg::Yes), http };
+    let options = crate::mcp::ServeOptions { approval_timeout, approver_only: cli.approve.is_some(), http };
     let executor = executor(cli)?;
     crate::mcp::serve(executor, options).map_err(|m| fail(70, m))?;
     Ok(0)

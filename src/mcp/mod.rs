@@ -40,8 +40,9 @@ pub const STATE_KEY_ENV: &str = "WARDEN_STATE_KEY";
 pub struct ServeOptions {
     /// How long an approval may take.
     pub approval_timeout: Duration,
-    /// `--approve yes`: every call is approved by the flag, nobody is asked.
-    pub approve_all: bool,
+    /// `--approve yes|deny` was given: the flag answers every approval (yes:
+    /// approved as `flag`; deny: `APPROVAL_REQUIRED`), and the client is never asked.
+    pub approver_only: bool,
     /// Serve Streamable HTTP instead of stdio.
     pub http: Option<http::HttpOptions>,
 }
@@ -64,7 +65,7 @@ fn state_key() -> Result<Vec<u8>, String> {
 /// Runs the server until stdin closes (stdio) or a signal arrives (HTTP).
 pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
-    let shared = Arc::new(Shared::new(executor, sealer, options.approve_all));
+    let shared = Arc::new(Shared::new(executor, sealer, options.approver_only));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("warden-mcp")

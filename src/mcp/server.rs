@@ -35,20 +35,20 @@ pub struct Shared {
     tools: Vec<Tool>,
     sealer: Arc<Sealer>,
     slots: Arc<Semaphore>,
-    approve_all: bool,
+    approver_only: bool,
 }
 
 impl Shared {
-    /// Shares `executor`; `approve_all` (from `--approve yes`) lets the
-    /// executor's own approver answer instead of the client.
-    pub fn new(executor: Executor, sealer: Sealer, approve_all: bool) -> Shared {
+    /// Shares `executor`; with `approver_only` (an explicit `--approve yes|deny`)
+    /// the executor's own approver answers and the client is never asked.
+    pub fn new(executor: Executor, sealer: Sealer, approver_only: bool) -> Shared {
         let tools = tools::list(executor.catalog());
         Shared {
             executor,
             tools,
             sealer: Arc::new(sealer),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS)),
-            approve_all,
+            approver_only,
         }
     }
 
@@ -75,7 +75,7 @@ impl WardenServer {
 
 /// Who answers approvals for one call.
 enum Asker {
-    /// The executor's own approver (`--approve yes`).
+    /// The executor's own approver (`--approve yes|deny`).
     Executor,
     Live(Live),
     Stateless(Arc<Stateless>),
@@ -131,7 +131,7 @@ impl ServerHandler for WardenServer {
         let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
         let progress = context.meta.get_progress_token();
 
-        let asker = if shared.approve_all {
+        let asker = if shared.approver_only {
             Asker::Executor
         } else if !can_elicit {
             Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)")
@@ -162,12 +162,15 @@ impl ServerHandler for WardenServer {
             _ => None,
         };
 
-        let _slot = shared
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| McpError::internal_error("the server is shutting down", None))?;
+        // A call cancelled while it waited for a slot never starts.
+        let _slot = tokio::select! {
+            slot = shared.slots.clone().acquire_owned() => {
+                slot.map_err(|_| McpError::internal_error("the server is shutting down", None))?
+            }
+            _ = context.ct.cancelled() => {
+                return Err(McpError::internal_error("cancelled before it started", None));
+            }
+        };
         let cancel = Cancel::new();
         let mut on_drop = CancelOnDrop(cancel.clone(), false);
         let switch = cancel.clone();
@@ -220,7 +223,7 @@ impl ServerHandler for WardenServer {
     }
 }
 
-/// `--approve yes` lets the executor answer; the hook is never installed then.
+/// With `--approve yes|deny` the executor answers; the hook is never installed then.
 fn unreachable_verdict(req: &Request<'_>) -> Verdict {
     approval::cannot_ask(req, "no approval channel is configured")
 }

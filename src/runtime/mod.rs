@@ -146,6 +146,13 @@ impl Walls {
     }
 }
 
+impl Walls {
+    /// The reachable directories as `path (ro|rw)`, for sandbox reports.
+    pub fn dirs_text(&self) -> Vec<String> {
+        self.dirs.iter().map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" })).collect()
+    }
+}
+
 /// The per-call private `{tmp}` directory, removed when dropped.
 #[derive(Debug)]
 pub struct CallTmp {

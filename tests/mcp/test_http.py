@@ -63,6 +63,10 @@ def test_foreign_origins_are_refused(server):
     assert post(server, {**auth, "Host": "evil.example"}).status_code == 403
 
 
+async def accept(ctx, params):
+    return types.ElicitResult(action="accept", content={})
+
+
 def client(url, **kw):
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=60))
     return http, Client(streamable_http_client(url, http_client=http), cache=None, **kw)
@@ -70,9 +74,6 @@ def client(url, **kw):
 
 @pytest.mark.anyio
 async def test_2026_clients_list_call_and_approve_statelessly(server, warden):
-    async def accept(ctx, params):
-        return types.ElicitResult(action="accept", content={})
-
     http, c = client(server, mode="2026-07-28", elicitation_callback=accept)
     async with http, c:
         names = [t.name for t in (await c.list_tools()).tools]
@@ -86,9 +87,6 @@ async def test_2026_clients_list_call_and_approve_statelessly(server, warden):
 
 @pytest.mark.anyio
 async def test_legacy_clients_over_http_cannot_be_asked_so_nothing_runs(server, warden):
-    async def accept(ctx, params):
-        return types.ElicitResult(action="accept", content={})
-
     http, c = client(server, mode="legacy", elicitation_callback=accept)
     async with http, c:
         r = await c.call_tool("read_file", {"path": "a.txt"})

@@ -289,3 +289,20 @@ async def test_stdout_carries_only_mcp_and_eof_exits_cleanly(warden):
     frames = [json.loads(line) for line in p.stdout.decode().splitlines()]
     assert [f.get("id") for f in frames] == [1, 2], frames
     assert frames[1]["result"]["structuredContent"]["result"]["stdout"] == "noise\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("flag,expect", [("deny", "APPROVAL_REQUIRED"), ("yes", None)])
+async def test_an_explicit_approve_flag_answers_instead_of_the_client(warden, flag, expect):
+    seen = []
+    async with Client(warden.stdio("--approve", flag), mode="legacy", cache=None,
+                      elicitation_callback=answer("accept", {}, seen)) as c:
+        r = await c.call_tool("write_file", {"path": "flag.txt", "content": "x"})
+        if expect:
+            assert r.is_error and text(r).startswith(expect), text(r)
+        else:
+            assert not r.is_error, text(r)
+    assert seen == []
+    assert (warden.ws / "flag.txt").exists() == (expect is None)
+    last = warden.records()[-1]
+    assert last["approved_by"] == ("flag" if flag == "yes" else None), last

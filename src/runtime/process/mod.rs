@@ -371,11 +371,7 @@ impl ProcessRuntime {
                     .filter(|u| self.support.root && *u != 0)
                     .unwrap_or_else(|| nix::unistd::geteuid().as_raw()),
             ),
-            dirs: walls
-                .dirs
-                .iter()
-                .map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" }))
-                .collect(),
+            dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
         }
     }

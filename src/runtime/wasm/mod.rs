@@ -410,11 +410,7 @@ impl ComponentRuntime {
             rlimits: false,
             uid: None,
             processes: None,
-            dirs: walls
-                .dirs
-                .iter()
-                .map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" }))
-                .collect(),
+            dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
         }
     }
