@@ -83,7 +83,10 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
 }
 
 async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
-    let (input, output, writer) = frames::gate(tokio::io::stdin(), tokio::io::stdout());
+    // Non-blocking (epoll) when stdin and stdout are pipes, as agents start servers;
+    // on reopened descriptors, so O_NONBLOCK never reaches the inherited streams.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (input, output, writer) = frames::gate(stdin, stdout);
     let served = match WardenServer::new(shared, true).serve((input, output)).await {
         Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
         // stdin closed before the client said anything: nothing to serve.

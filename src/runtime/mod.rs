@@ -144,9 +144,7 @@ impl Walls {
         let walls = Walls { dirs, env, net: g.net.clone(), limits: tool.limits, workspace: workspace.to_path_buf() };
         Ok((walls, tmp))
     }
-}
 
-impl Walls {
     /// The reachable directories as `path (ro|rw)`, for sandbox reports.
     pub fn dirs_text(&self) -> Vec<String> {
         self.dirs.iter().map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" })).collect()
