@@ -18,6 +18,7 @@
 //! * [`shape`]: result sanitising and type-aware truncation.
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
 //! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
+//! * [`checkup`]: `warden audit`: the host, each tool's layers, policy lint, SARIF.
 //! * [`cli`]: the `warden` command line.
 //! * [`error`]: the stable error codes and their exit codes.
 
@@ -26,6 +27,7 @@
 pub mod approval;
 pub mod audit;
 pub mod catalog;
+pub mod checkup;
 pub mod cli;
 pub mod error;
 pub mod executor;

@@ -78,6 +78,16 @@ pub enum Command {
         #[arg(long, value_name = "ORIGIN")]
         allow_origin: Vec<String>,
     },
+    /// Audit the confinement and the policy: host report, the layers each tool
+    /// gets here, and lint findings at policy lines.
+    Audit {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: AuditFormat,
+        /// Exit 1 when a finding at least this severe exists.
+        #[arg(long, value_enum, default_value = "error")]
+        fail_on: FailOn,
+    },
     /// Policy commands.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -125,4 +135,26 @@ pub enum StatsFormat {
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 2m)"))
+}
+
+/// `audit --format`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditFormat {
+    /// A readable report.
+    Text,
+    /// JSON.
+    Json,
+    /// SARIF 2.1.0, for code scanning.
+    Sarif,
+}
+
+/// `audit --fail-on`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    /// Fail on error findings.
+    Error,
+    /// Fail on warnings and errors.
+    Warning,
+    /// Always exit 0 (unless the audit cannot run).
+    Never,
 }

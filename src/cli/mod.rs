@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::{Value, json};
 
-use self::args::{ApproveArg, Cli, Command, LogCommand, PolicyCommand, StatsFormat};
+use self::args::{ApproveArg, AuditFormat, Cli, Command, FailOn, LogCommand, PolicyCommand, StatsFormat};
 use crate::approval::{ApproveMode, Approver};
 use crate::audit::{self, AuditLog};
 use crate::catalog::Catalog;
@@ -94,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(code)
         }
         Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
+        Command::Audit { format, fail_on } => audit(&cli, *format, *fail_on),
         Command::List { json } => {
             let executor = executor(&cli)?;
             list(executor.catalog(), *json);
@@ -190,6 +191,57 @@ fn serve(
     let executor = executor(cli)?;
     crate::mcp::serve(executor, options).map_err(|m| fail(70, m))?;
     Ok(0)
+}
+
+fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn) -> Result<u8, Failure> {
+    use crate::checkup::{Report, host::HostReport, sarif, tool_layers};
+    use crate::policy::lint::{Severity, lint};
+    let ctx = context(cli)?;
+    let (text, origin, dir) = match &cli.policy {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| fail(2, format!("cannot read the policy {}: {e}", p.display())))?;
+            (text, p.display().to_string(), p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".")))
+        }
+        None if Path::new("warden.toml").is_file() => {
+            let text = std::fs::read_to_string("warden.toml")
+                .map_err(|e| fail(2, format!("cannot read ./warden.toml: {e}")))?;
+            (text, "warden.toml".to_string(), PathBuf::from("."))
+        }
+        None => (
+            crate::policy::DEFAULT_POLICY.to_string(),
+            crate::policy::DEFAULT_POLICY_NAME.to_string(),
+            PathBuf::from("."),
+        ),
+    };
+    let host = HostReport::probe();
+    let loaded = Policy::from_text(&text, &origin, &dir, &ctx);
+    let (tools, descriptions) = match &loaded {
+        Ok(policy) => {
+            let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
+            let catalog = Catalog::build(policy, &runtime);
+            let descriptions = catalog
+                .entries()
+                .filter(|e| e.spec.description.is_none())
+                .filter_map(|e| e.state.as_ref().ok().map(|r| (e.spec.name.clone(), r.description.clone())))
+                .collect();
+            (tool_layers(policy, &catalog, &host), descriptions)
+        }
+        Err(_) => (Vec::new(), Default::default()),
+    };
+    let findings = lint(&text, &origin, &ctx, loaded.as_ref().err(), &descriptions);
+    let report = Report { policy: origin, host, tools, findings };
+    match format {
+        AuditFormat::Text => print!("{}", report.to_text()),
+        AuditFormat::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
+        AuditFormat::Sarif => print_json(&sarif::to_sarif(&report)),
+    }
+    let threshold = match fail_on {
+        FailOn::Error => Some(Severity::Error),
+        FailOn::Warning => Some(Severity::Warning),
+        FailOn::Never => None,
+    };
+    Ok(u8::from(report.fails(threshold)))
 }
 
 fn print_json(v: &Value) {

@@ -205,7 +205,7 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
     Ok(Policy {
         origin: origin.to_string(),
         workspace: ctx.workspace.clone(),
-        mode: raw.sandbox.mode.unwrap_or_default(),
+        mode: raw.sandbox.mode.as_ref().map(|m| *m.get_ref()).unwrap_or_default(),
         plugins,
         tools,
     })
@@ -366,7 +366,7 @@ fn compile_tool(
     Some(ToolSpec {
         name: name.to_string(),
         runner,
-        description: t.description.clone(),
+        description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
         grants: Grants { paths, net, env_pass, env_set },
         limits,
@@ -395,11 +395,11 @@ fn tool_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits
             }
         }
     }
-    let timeout = l.timeout.map_or(defaults.timeout, |d| d.0);
+    let timeout = l.timeout.as_ref().map_or(defaults.timeout, |d| d.get_ref().0);
     let limits = Limits {
         timeout,
-        memory: l.memory.map_or(defaults.memory, |s| s.0),
-        max_output: l.max_output.map_or(defaults.max_output, |s| s.0),
+        memory: l.memory.as_ref().map_or(defaults.memory, |s| s.get_ref().0),
+        max_output: l.max_output.as_ref().map_or(defaults.max_output, |s| s.get_ref().0),
         cpu: l.cpu.as_ref().map_or(timeout, |d| d.get_ref().0),
         processes: l.processes.as_ref().map_or(defaults.processes, |p| *p.get_ref()),
         open_files: l.open_files.as_ref().map_or(defaults.open_files, |p| *p.get_ref()),
@@ -538,7 +538,7 @@ fn valid_env_name(n: &str) -> bool {
 }
 
 /// Expands `{workspace}`, `{home}`, `{cache}` (and keeps `{tmp}` when `keep_tmp`).
-fn expand_text(s: &str, ctx: &Context, keep_tmp: bool) -> Result<String, String> {
+pub(super) fn expand_text(s: &str, ctx: &Context, keep_tmp: bool) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = s;
     while let Some(open) = rest.find('{') {

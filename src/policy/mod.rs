@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod compile;
+pub mod lint;
 mod schema;
 pub mod units;
 

@@ -41,7 +41,7 @@ pub(crate) struct RawDefaults {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSandbox {
-    pub(crate) mode: Option<super::SandboxMode>,
+    pub(crate) mode: Option<Spanned<super::SandboxMode>>,
 }
 
 /// `[plugins.NAME]`
@@ -60,7 +60,7 @@ pub(crate) struct RawTool {
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) cwd: Option<Spanned<String>>,
     pub(crate) input_schema: Option<Spanned<toml::Value>>,
-    pub(crate) description: Option<String>,
+    pub(crate) description: Option<Spanned<String>>,
     pub(crate) tier: Option<Tier>,
     #[serde(default)]
     pub(crate) fs: RawFs,
@@ -106,9 +106,9 @@ pub(crate) struct RawEnv {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLimits {
-    pub(crate) memory: Option<PolicySize>,
-    pub(crate) timeout: Option<PolicyDuration>,
-    pub(crate) max_output: Option<PolicySize>,
+    pub(crate) memory: Option<Spanned<PolicySize>>,
+    pub(crate) timeout: Option<Spanned<PolicyDuration>>,
+    pub(crate) max_output: Option<Spanned<PolicySize>>,
     pub(crate) cpu: Option<Spanned<PolicyDuration>>,
     pub(crate) processes: Option<Spanned<u32>>,
     pub(crate) open_files: Option<Spanned<u32>>,

@@ -1,0 +1,186 @@
+//! `warden audit`: is the confinement really there, and does the policy grant
+//! no more than intended? A report for people (`text`), programs (`json`) and
+//! code scanning (`sarif`):
+//!
+//! * [`host`]: what this kernel offers a sandbox;
+//! * the layers each tool of the policy would actually get here;
+//! * [`crate::policy::lint`]: findings with stable rule ids at policy lines;
+//! * [`sarif`]: the findings as SARIF 2.1.0.
+
+#![forbid(unsafe_code)]
+
+pub mod host;
+pub mod sarif;
+
+use serde::Serialize;
+
+use crate::catalog::Catalog;
+use crate::policy::lint::{Finding, Severity};
+use crate::policy::{Policy, Runner, SandboxMode, Tier};
+use crate::runtime::process::landlock::MIN_ENFORCED_ABI;
+
+use self::host::HostReport;
+
+/// The layers one tool would run under on this host.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolLayers {
+    /// The tool.
+    pub tool: String,
+    /// `process` or `component`.
+    pub runtime: &'static str,
+    /// The layers it gets.
+    pub layers: Vec<String>,
+    /// The layers the policy expects that this host lacks.
+    pub missing: Vec<String>,
+    /// `runs`, `refused` (enforce mode, a layer is missing) or `degraded`
+    /// (best-effort mode, a layer is missing), or `unavailable`.
+    pub verdict: &'static str,
+}
+
+/// Everything `warden audit` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The policy's origin.
+    pub policy: String,
+    /// The host.
+    pub host: HostReport,
+    /// The tools' layers (empty when the policy does not load).
+    pub tools: Vec<ToolLayers>,
+    /// Lint findings, in file order.
+    pub findings: Vec<Finding>,
+}
+
+/// The layers each visible tool of `policy` gets on `host`.
+pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec<ToolLayers> {
+    let enforce = policy.mode == SandboxMode::Enforce;
+    let pids = host.cgroup_controllers.iter().any(|c| c == "pids");
+    catalog
+        .entries()
+        .filter(|e| e.spec.tier != Tier::Deny)
+        .map(|e| {
+            let (runtime, layers, missing) = match &e.spec.runner {
+                Runner::Process(_) => {
+                    let mut layers = vec!["separate process in its own session".to_string(), "rlimits".into()];
+                    let mut missing = Vec::new();
+                    if host.landlock_abi >= 1 {
+                        layers.push(format!("Landlock ABI {}", host.landlock_abi.min(6)));
+                    }
+                    if host.landlock_abi < MIN_ENFORCED_ABI {
+                        missing
+                            .push(format!("Landlock ABI {MIN_ENFORCED_ABI} (this kernel has {})", host.landlock_abi));
+                    }
+                    if host.seccomp {
+                        layers.push("seccomp filter".into());
+                    } else {
+                        missing.push("seccomp".into());
+                    }
+                    if host.root {
+                        layers.push("capabilities dropped, securebits locked".into());
+                        if pids {
+                            layers.push("pids cgroup".into());
+                        } else {
+                            missing.push("a pids cgroup (as root, RLIMIT_NPROC does not apply)".into());
+                        }
+                    }
+                    ("process", layers, missing)
+                }
+                Runner::Plugin(_) => {
+                    let mut layers = vec![
+                        "WebAssembly component (no ambient authority)".to_string(),
+                        "granted directories only (preopens)".into(),
+                        "memory limiter".into(),
+                        "epoch deadline".into(),
+                    ];
+                    layers.push(if e.spec.grants.net.is_empty() {
+                        "no sockets".into()
+                    } else {
+                        "sockets to granted addresses only".into()
+                    });
+                    ("component", layers, Vec::new())
+                }
+            };
+            let verdict = if e.state.is_err() {
+                "unavailable"
+            } else if missing.is_empty() {
+                "runs"
+            } else if enforce {
+                "refused"
+            } else {
+                "degraded"
+            };
+            ToolLayers { tool: e.spec.name.clone(), runtime, layers, missing, verdict }
+        })
+        .collect()
+}
+
+impl Report {
+    /// Whether any finding is at least as severe as `threshold`.
+    pub fn fails(&self, threshold: Option<Severity>) -> bool {
+        threshold.is_some_and(|t| self.findings.iter().any(|f| f.severity >= t))
+    }
+
+    /// The readable form.
+    pub fn to_text(&self) -> String {
+        let h = &self.host;
+        let opt = |v: Option<u64>| v.map_or("unknown".to_string(), |n| n.to_string());
+        let mut out = format!("warden audit of {}\n\nHOST\n", self.policy);
+        let rows = [
+            ("kernel", h.kernel.clone()),
+            (
+                "landlock",
+                if h.landlock_abi == 0 {
+                    "none".into()
+                } else {
+                    format!("ABI {}: {}", h.landlock_abi, h.landlock_covers.join(", "))
+                },
+            ),
+            (
+                "seccomp",
+                if h.seccomp { format!("available ({})", h.seccomp_actions.join(" ")) } else { "unavailable".into() },
+            ),
+            ("user namespaces", opt(h.max_user_namespaces).replace("unknown", "not configurable")),
+            ("pid namespaces", opt(h.max_pid_namespaces)),
+            (
+                "cgroups",
+                match h.cgroup_version {
+                    Some(v) => format!("v{v}: {}", h.cgroup_controllers.join(" ")),
+                    None => "none mounted".into(),
+                },
+            ),
+            ("running as", if h.root { "root".into() } else { "an unprivileged user".to_string() }),
+            ("yama ptrace_scope", opt(h.ptrace_scope)),
+            ("legacy TIOCSTI", opt(h.legacy_tiocsti)),
+            ("io_uring_disabled", opt(h.io_uring_disabled)),
+            ("unprivileged bpf disabled", opt(h.unprivileged_bpf_disabled)),
+        ];
+        for (k, v) in rows {
+            out.push_str(&format!("  {k:<26} {v}\n"));
+        }
+        out.push_str("\nTOOLS\n");
+        for t in &self.tools {
+            out.push_str(&format!("  {:<18} {:<9} {:<11} {}\n", t.tool, t.runtime, t.verdict, t.layers.join(", ")));
+            if !t.missing.is_empty() {
+                out.push_str(&format!("  {:<18} missing: {}\n", "", t.missing.join(", ")));
+            }
+        }
+        out.push_str("\nFINDINGS\n");
+        if self.findings.is_empty() {
+            out.push_str("  none\n");
+        }
+        for f in &self.findings {
+            out.push_str(&format!(
+                "  {}:{}:{}: {} {} [{}] {}\n",
+                f.file,
+                f.line,
+                f.column,
+                f.severity.as_str(),
+                f.rule,
+                crate::policy::lint::rule(f.rule).name,
+                f.message
+            ));
+        }
+        let errors = self.findings.iter().filter(|f| f.severity == Severity::Error).count();
+        out.push_str(&format!("\n{errors} error(s), {} warning(s)\n", self.findings.len() - errors));
+        out
+    }
+}
