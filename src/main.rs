@@ -5,5 +5,8 @@ fn main() -> std::process::ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == warden::runtime::process::helper::HELPER_ARG) {
         warden::runtime::process::helper::run_main();
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == warden::checkup::probe::PROBE_ARG) {
+        warden::checkup::probe::run_main();
+    }
     warden::cli::run()
 }

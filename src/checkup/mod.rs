@@ -5,12 +5,14 @@
 //! * [`host`]: what this kernel offers a sandbox;
 //! * the layers each tool of the policy would actually get here;
 //! * [`crate::policy::lint`]: findings with stable rule ids at policy lines;
+//! * [`selftest`]: real escape attempts under this host's sandbox ([`probe`] is
+//!   the program the process cases run);
 //! * [`sarif`]: the findings as SARIF 2.1.0.
 
-#![forbid(unsafe_code)]
-
 pub mod host;
+pub mod probe;
 pub mod sarif;
+pub mod selftest;
 
 use serde::Serialize;
 
@@ -46,8 +48,34 @@ pub struct Report {
     pub host: HostReport,
     /// The tools' layers (empty when the policy does not load).
     pub tools: Vec<ToolLayers>,
-    /// Lint findings, in file order.
+    /// The self-test, when it ran.
+    pub self_test: Option<Vec<selftest::Case>>,
+    /// Lint findings in file order, then one per escaped self-test case.
     pub findings: Vec<Finding>,
+}
+
+/// The findings for escaped self-test cases (rule `WL200`), at the policy's `[sandbox]`.
+pub fn escapes(cases: &[selftest::Case], file: &str) -> Vec<Finding> {
+    let rule = crate::policy::lint::rule("WL200");
+    cases
+        .iter()
+        .filter(|c| !c.contained)
+        .map(|c| Finding {
+            rule: rule.id,
+            severity: rule.severity,
+            message: format!(
+                "self-test: {} ({}) was not contained: expected {}, observed {}{}",
+                c.name,
+                c.runtime,
+                c.expected,
+                c.observed,
+                if c.layers.is_empty() { String::new() } else { format!("; layers: {}", c.layers) }
+            ),
+            file: file.to_string(),
+            line: 0,
+            column: 0,
+        })
+        .collect()
 }
 
 /// The layers each visible tool of `policy` gets on `host`.
@@ -161,6 +189,23 @@ impl Report {
             out.push_str(&format!("  {:<18} {:<9} {:<11} {}\n", t.tool, t.runtime, t.verdict, t.layers.join(", ")));
             if !t.missing.is_empty() {
                 out.push_str(&format!("  {:<18} missing: {}\n", "", t.missing.join(", ")));
+            }
+        }
+        if let Some(cases) = &self.self_test {
+            out.push_str("\nSELF-TEST\n");
+            out.push_str(&format!("  {:<38} {:<10} {:<10} {}\n", "CASE", "RUNTIME", "RESULT", "OBSERVED"));
+            for c in cases {
+                let observed: String = c.observed.chars().take(100).collect();
+                out.push_str(&format!(
+                    "  {:<38} {:<10} {:<10} {}\n",
+                    c.name,
+                    c.runtime,
+                    if c.contained { "contained" } else { "ESCAPED" },
+                    observed
+                ));
+            }
+            if let Some(layers) = cases.iter().find(|c| c.runtime == "process" && !c.layers.is_empty()) {
+                out.push_str(&format!("  process layers in force: {}\n", layers.layers));
             }
         }
         out.push_str("\nFINDINGS\n");

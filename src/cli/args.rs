@@ -87,6 +87,9 @@ pub enum Command {
         /// Exit 1 when a finding at least this severe exists.
         #[arg(long, value_enum, default_value = "error")]
         fail_on: FailOn,
+        /// Skip the self-test (the battery of real escape attempts).
+        #[arg(long)]
+        no_self_test: bool,
     },
     /// Policy commands.
     #[command(subcommand)]

@@ -94,7 +94,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(code)
         }
         Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
-        Command::Audit { format, fail_on } => audit(&cli, *format, *fail_on),
+        Command::Audit { format, fail_on, no_self_test } => audit(&cli, *format, *fail_on, !*no_self_test),
         Command::List { json } => {
             let executor = executor(&cli)?;
             list(executor.catalog(), *json);
@@ -193,8 +193,8 @@ fn serve(
     Ok(0)
 }
 
-fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn) -> Result<u8, Failure> {
-    use crate::checkup::{Report, host::HostReport, sarif, tool_layers};
+fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Result<u8, Failure> {
+    use crate::checkup::{Report, escapes, host::HostReport, sarif, selftest, tool_layers};
     use crate::policy::lint::{Severity, lint};
     let ctx = context(cli)?;
     let (text, origin, dir) = match &cli.policy {
@@ -229,8 +229,17 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn) -> Result<u8, Failure>
         }
         Err(_) => (Vec::new(), Default::default()),
     };
-    let findings = lint(&text, &origin, &ctx, loaded.as_ref().err(), &descriptions);
-    let report = Report { policy: origin, host, tools, findings };
+    let mut findings = lint(&text, &origin, &ctx, loaded.as_ref().err(), &descriptions);
+    let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
+    let cases = if self_test {
+        Some(selftest::run(mode, cache_dir()).map_err(|e| fail(70, format!("the self-test cannot run: {e}")))?)
+    } else {
+        None
+    };
+    if let Some(c) = &cases {
+        findings.extend(escapes(c, &origin));
+    }
+    let report = Report { policy: origin, host, tools, self_test: cases, findings };
     match format {
         AuditFormat::Text => print!("{}", report.to_text()),
         AuditFormat::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),

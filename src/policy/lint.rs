@@ -178,6 +178,17 @@ pub const RULES: &[LintRule] = &[
         help: "Replace the description in the policy (`description = \"…\"`) with plain text you have read.",
         security_severity: "8.0",
     },
+    LintRule {
+        id: "WL200",
+        name: "self-test-escape",
+        severity: Severity::Error,
+        short: "An escape attempt of the self-test was not contained",
+        full: "warden audit runs real escape attempts under the sandbox this host gives the policy's tools; one of \
+               them worked, so tools can do what the message describes.",
+        help: "Run with mode = \"enforce\" on a kernel with Landlock ABI 4 or newer and seccomp, or fix the layer the \
+               message names as missing.",
+        security_severity: "9.0",
+    },
 ];
 
 /// The rule with `id`.
