@@ -27,7 +27,7 @@ fs.read = ["{home}"]   # WL102
 [tools.write_file]
 plugin = "fs"
 tier = "ask"
-fs.write = ["{home}"]   # WL101 WL102
+fs.write = ["{home}"]   # WL101 WL102 WL112
 
 [tools.list_directory]
 plugin = "fs"

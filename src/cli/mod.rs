@@ -195,7 +195,7 @@ fn serve(
 
 fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Result<u8, Failure> {
     use crate::checkup::{Report, escapes, host::HostReport, sarif, selftest, tool_layers};
-    use crate::policy::lint::{Severity, lint};
+    use crate::policy::lint::{Severity, Surroundings, lint};
     let ctx = context(cli)?;
     let (text, origin, dir) = match &cli.policy {
         Some(p) => {
@@ -229,7 +229,16 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         }
         Err(_) => (Vec::new(), Default::default()),
     };
-    let mut findings = lint(&text, &origin, &ctx, loaded.as_ref().err(), &descriptions);
+    let mut own_files = Vec::new();
+    if origin != crate::policy::DEFAULT_POLICY_NAME {
+        own_files.push(("policy file".to_string(), absolute(Path::new(&origin))));
+    }
+    own_files.push(("audit log".into(), absolute(&cli.audit_log.clone().unwrap_or_else(audit::default_path))));
+    if let Some(cache) = cache_dir() {
+        own_files.push(("component cache".into(), absolute(&cache)));
+    }
+    let around = Surroundings { refused: loaded.as_ref().err().cloned(), descriptions, own_files };
+    let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
     let cases = if self_test {
         Some(selftest::run(mode, cache_dir()).map_err(|e| fail(70, format!("the self-test cannot run: {e}")))?)
@@ -251,6 +260,12 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         FailOn::Never => None,
     };
     Ok(u8::from(report.fails(threshold)))
+}
+
+/// `p` made absolute against the current directory (lexically; it may not exist yet).
+fn absolute(p: &Path) -> PathBuf {
+    let joined = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) };
+    joined.canonicalize().unwrap_or_else(|_| joined.components().collect())
 }
 
 fn print_json(v: &Value) {

@@ -179,6 +179,17 @@ pub const RULES: &[LintRule] = &[
         security_severity: "8.0",
     },
     LintRule {
+        id: "WL112",
+        name: "writes-warden-files",
+        severity: Severity::Warning,
+        short: "A tool can write warden's own policy, audit log or component cache",
+        full: "A write grant that covers the policy file lets a tool approve itself at the next start; one that \
+               covers the audit log or the compiled-component cache lets it rewrite the record or what runs.",
+        help: "Keep the policy, the log (--audit-log) and the cache (WARDEN_CACHE_DIR) outside every write grant, \
+               for example by granting a subdirectory of the workspace.",
+        security_severity: "7.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -291,18 +302,21 @@ fn covers(path: &Path, target: &Path) -> bool {
     target.starts_with(path)
 }
 
-/// Lints the policy `text` (named `origin` in findings). `loaded` is the
-/// loader's verdict; `descriptions` are the plugins' descriptions of tools
-/// that have no policy description, by tool name.
-pub fn lint(
-    text: &str,
-    origin: &str,
-    ctx: &Context,
-    loaded: Option<&PolicyError>,
-    descriptions: &BTreeMap<String, String>,
-) -> Vec<Finding> {
+/// What the lint needs besides the policy text.
+#[derive(Debug, Default)]
+pub struct Surroundings {
+    /// The loader's problems, when it refused the policy.
+    pub refused: Option<PolicyError>,
+    /// The plugins' descriptions of tools that have no policy description, by tool name.
+    pub descriptions: BTreeMap<String, String>,
+    /// warden's own files (the policy file, the audit log, the component cache), by what they are.
+    pub own_files: Vec<(String, PathBuf)>,
+}
+
+/// Lints the policy `text` (named `origin` in findings).
+pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> Vec<Finding> {
     let mut l = Linter { text, origin, findings: Vec::new() };
-    if let Some(err) = loaded {
+    if let Some(err) = &around.refused {
         for p in &err.problems {
             let r = rule("WL000");
             l.findings.push(Finding {
@@ -336,7 +350,7 @@ pub fn lint(
     }
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
     for (name, tool) in &raw.tools {
-        lint_tool(&mut l, name, tool, default_tier, ctx, descriptions);
+        lint_tool(&mut l, name, tool, default_tier, ctx, around);
     }
     finish(l)
 }
@@ -352,7 +366,7 @@ fn lint_tool(
     tool: &Spanned<RawTool>,
     default_tier: Tier,
     ctx: &Context,
-    descriptions: &BTreeMap<String, String>,
+    around: &Surroundings,
 ) {
     let t = tool.get_ref();
     let name = name.get_ref();
@@ -378,6 +392,22 @@ fn lint_tool(
                 format!("a parent of the workspace {}", ctx.workspace.display())
             };
             l.add("WL101", entry.span(), format!("tool {name}: fs.write {:?} covers {what}", entry.get_ref()));
+        }
+    }
+    for entry in &t.fs.write {
+        let Some(p) = expand(entry) else { continue };
+        let hit: Vec<String> = around
+            .own_files
+            .iter()
+            .filter(|(_, f)| covers(&p, f))
+            .map(|(what, f)| format!("{what} {}", f.display()))
+            .collect();
+        if !hit.is_empty() {
+            l.add(
+                "WL112",
+                entry.span(),
+                format!("tool {name}: fs.write {:?} covers warden's {}", entry.get_ref(), hit.join(" and ")),
+            );
         }
     }
     for entry in t.fs.read.iter().chain(&t.fs.write) {
@@ -444,7 +474,7 @@ fn lint_tool(
             }
         }
         None => {
-            if let Some(why) = descriptions.get(name.as_str()).and_then(|d| poisoning(d)) {
+            if let Some(why) = around.descriptions.get(name.as_str()).and_then(|d| poisoning(d)) {
                 l.add("WL111", tool.span(), format!("tool {name}: its plugin's description {why}"));
             }
         }
