@@ -85,12 +85,17 @@ struct Checker<'a> {
     problems: Vec<Problem>,
 }
 
+/// The 1-based line and column (in characters) where `span` starts in `text`.
+pub(super) fn line_column(text: &str, span: &Range<usize>) -> (usize, usize) {
+    let upto = &text[..span.start.min(text.len())];
+    let line = upto.matches('\n').count() + 1;
+    let column = upto.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, column)
+}
+
 impl Checker<'_> {
     fn at(&self, span: Range<usize>) -> (usize, usize) {
-        let upto = &self.text[..span.start.min(self.text.len())];
-        let line = upto.matches('\n').count() + 1;
-        let column = upto.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
-        (line, column)
+        line_column(self.text, &span)
     }
 
     fn location(&self, span: Range<usize>) -> String {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::compile::expand_text;
+use super::compile::{expand_text, line_column};
 use super::schema::{RawPolicy, RawTool};
 use super::{Context, PolicyError, SandboxMode, Tier};
 
@@ -232,9 +232,7 @@ struct Linter<'a> {
 
 impl Linter<'_> {
     fn add(&mut self, id: &'static str, span: Range<usize>, message: String) {
-        let upto = &self.text[..span.start.min(self.text.len())];
-        let line = upto.matches('\n').count() + 1;
-        let column = upto.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+        let (line, column) = line_column(self.text, &span);
         let r = rule(id);
         self.findings.push(Finding {
             rule: r.id,
