@@ -467,3 +467,26 @@ fn an_unwritable_audit_log_stops_the_call() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("audit log"), "{out:?}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn plugin_inspect_shows_hash_tools_and_reach_before_anything_is_granted() {
+    use sha2::Digest;
+    let env = Env::new();
+    let kit = env!("WARDEN_TESTKIT_WASM");
+    let r = env.run(&["plugin", "inspect", kit, "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let doc = r.json();
+    assert_eq!(doc["sha256"], hex::encode(sha2::Sha256::digest(std::fs::read(kit).unwrap())));
+    let tools: Vec<&str> = doc["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(tools.contains(&"spin") && tools.contains(&"connect"), "{tools:?}");
+    let imports = doc["imports"].to_string();
+    assert!(imports.contains("wasi:sockets/tcp@") && imports.contains("wasi:filesystem/types@"), "{imports}");
+    let text = env.run(&["plugin", "inspect", kit]);
+    assert!(text.stdout.contains("network: TCP/UDP"), "{}", text.stdout);
+
+    // Not a component: refused with the reason, nothing loaded.
+    let junk = env.write("junk.wasm", "this is not wasm");
+    let r = env.run(&["plugin", "inspect", junk.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("not a valid WebAssembly component"), "{}", r.stderr);
+}

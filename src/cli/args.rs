@@ -91,6 +91,9 @@ pub enum Command {
         #[arg(long)]
         no_self_test: bool,
     },
+    /// Plugin commands.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
     /// Policy commands.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -106,6 +109,20 @@ pub enum PolicyCommand {
     Check {
         /// The policy [default: as --policy]
         file: Option<PathBuf>,
+    },
+}
+
+/// `warden plugin …`
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Show what a component is and could reach before granting it anything:
+    /// sha256, size, its tools and schemas, and the interfaces it imports.
+    Inspect {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -16,7 +16,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::{Value, json};
 
-use self::args::{ApproveArg, AuditFormat, Cli, Command, FailOn, LogCommand, PolicyCommand, StatsFormat};
+use self::args::{
+    ApproveArg, AuditFormat, Cli, Command, FailOn, LogCommand, PluginCommand, PolicyCommand, StatsFormat,
+};
 use crate::approval::{ApproveMode, Approver};
 use crate::audit::{self, AuditLog};
 use crate::catalog::Catalog;
@@ -94,6 +96,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(code)
         }
         Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
+        Command::Plugin(PluginCommand::Inspect { file, json }) => plugin_inspect(file, *json),
         Command::Audit { format, fail_on, no_self_test } => audit(&cli, *format, *fail_on, !*no_self_test),
         Command::List { json } => {
             let executor = executor(&cli)?;
@@ -260,6 +263,92 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         FailOn::Never => None,
     };
     Ok(u8::from(report.fails(threshold)))
+}
+
+/// What an import lets a component ask for.
+fn reach(import: &str) -> String {
+    let family = import.split('/').next().unwrap_or(import);
+    match family {
+        "wasi:filesystem" => "files: only in directories a policy grants (fs.read, fs.write)".into(),
+        "wasi:sockets" => "network: TCP/UDP and name lookup, only to destinations a policy grants (net.connect)".into(),
+        "wasi:http" => "outgoing HTTP: warden does not provide it, so the component will not load".into(),
+        "wasi:clocks" => "clocks".into(),
+        "wasi:random" => "random numbers".into(),
+        "wasi:cli" => "environment, stdin/stdout/stderr, exit (warden gives only what a policy sets)".into(),
+        "wasi:io" => "streams and polling".into(),
+        other => format!("{other}: not a WASI interface warden provides, so the component will not load"),
+    }
+}
+
+fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
+    use crate::runtime::wasm::MAX_COMPONENT_FILE;
+    use sha2::Digest;
+    let meta = std::fs::metadata(file).map_err(|e| fail(2, format!("cannot read {}: {e}", file.display())))?;
+    if meta.len() > MAX_COMPONENT_FILE {
+        return Err(fail(2, format!("{} is larger than the {MAX_COMPONENT_FILE} bytes warden loads", file.display())));
+    }
+    let bytes = std::fs::read(file).map_err(|e| fail(2, format!("cannot read {}: {e}", file.display())))?;
+    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+    let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
+    let imports = runtime.imports(&bytes).map_err(|e| fail(1, format!("{}: {}", file.display(), e.message)))?;
+    let spec = crate::policy::PluginSpec {
+        name: "inspected".into(),
+        source: crate::policy::PluginSource::File(file.to_path_buf()),
+        sha256: Some(sha256.clone()),
+        location: file.display().to_string(),
+    };
+    let tools = runtime.load(&spec).map(|p| p.tools.clone());
+    let sanitize = crate::shape::sanitize_str;
+    if as_json {
+        let mut doc = json!({
+            "file": file.display().to_string(),
+            "sha256": sha256,
+            "size": bytes.len(),
+            "imports": imports.iter().map(|i| json!({"name": i, "reach": reach(i)})).collect::<Vec<_>>(),
+        });
+        match &tools {
+            Ok(tools) => {
+                doc["tools"] = tools
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "name": sanitize(&t.name),
+                            "description": sanitize(&t.description),
+                            "input_schema": serde_json::from_str::<Value>(&t.input_schema).unwrap_or(Value::Null),
+                            "poisoning": crate::policy::lint::poisoning(&t.description),
+                        })
+                    })
+                    .collect();
+            }
+            Err(e) => doc["error"] = json!(e.message),
+        }
+        print_json(&doc);
+    } else {
+        println!("file     {}", file.display());
+        println!("sha256   {sha256}");
+        println!("size     {} bytes", bytes.len());
+        println!("\nIMPORTS (what it could ask the host for)");
+        if imports.is_empty() {
+            println!("  none");
+        }
+        for i in &imports {
+            println!("  {i:<40} {}", reach(i));
+        }
+        println!("\nTOOLS");
+        match &tools {
+            Ok(tools) => {
+                for t in tools {
+                    println!("  {:<20} {}", sanitize(&t.name), sanitize(&t.description));
+                    if let Some(why) = crate::policy::lint::poisoning(&t.description) {
+                        println!("  {:<20} WARNING: the description {why} (tool poisoning)", "");
+                    }
+                    println!("  {:<20} input schema: {}", "", sanitize(&t.input_schema));
+                }
+            }
+            Err(e) => println!("  not a warden plugin: {}", e.message),
+        }
+    }
+    Ok(u8::from(tools.is_err()))
 }
 
 /// `p` made absolute against the current directory (lexically; it may not exist yet).
