@@ -111,6 +111,22 @@ pub struct AuditLog {
     file: Mutex<(File, Option<Head>)>,
 }
 
+/// The least free space the log's file system must have before a tool runs.
+pub const MIN_FREE_BYTES: u64 = 1 << 20;
+
+/// Fails when `file` is no longer the file at `path` (removed, or replaced by another).
+fn still_there(file: &File, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata()?;
+    let gone = |why: &str| std::io::Error::new(std::io::ErrorKind::NotFound, why.to_string());
+    match fs::metadata(path) {
+        Ok(m) if m.dev() == open.dev() && m.ino() == open.ino() && open.nlink() > 0 => Ok(()),
+        Ok(_) => Err(gone("the log file was replaced by another file while warden had it open")),
+        Err(_) if open.nlink() == 0 => Err(gone("the log file was removed while warden had it open")),
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("the log path cannot be read: {e}"))),
+    }
+}
+
 /// The default log path: `$XDG_STATE_HOME/warden/audit.jsonl` or `~/.local/state/warden/audit.jsonl`.
 pub fn default_path() -> PathBuf {
     let state =
@@ -139,10 +155,33 @@ impl AuditLog {
         &self.path
     }
 
+    /// Whether a record written now would be durable at the log's path: the
+    /// file is still linked there (not removed or replaced), its file system is
+    /// writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
+    /// before a tool runs, so that a call without a record never runs.
+    pub fn check_writable(&self) -> std::io::Result<()> {
+        let guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        still_there(&guard.0, &self.path)?;
+        let fs = nix::sys::statvfs::fstatvfs(&guard.0).map_err(std::io::Error::from)?;
+        if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+            return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));
+        }
+        let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+        if free < MIN_FREE_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!("its file system has {free} bytes free, less than {MIN_FREE_BYTES}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Appends `record`, chained to the last line, and fsyncs it. Returns only once it is durable.
     pub fn append(&self, record: &Record) -> std::io::Result<()> {
         let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let (file, cached) = &mut *guard;
+        // A record appended to a removed or replaced file would be lost without a word.
+        still_there(file, &self.path)?;
         file.lock()?;
         let result = (|| {
             let len = file.metadata()?.len();

@@ -278,7 +278,11 @@ impl Executor {
             usage: trace.usage,
             sandbox: trace.sandbox,
         };
-        if let Err(e) = self.audit.append(&record) {
+        // An INTERNAL error already says why the log failed (the pre-run check): keep it.
+        let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
+        if let Err(e) = self.audit.append(&record)
+            && !explained
+        {
             response.status = Status::Error;
             response.result = None;
             response.truncated = false;
@@ -383,6 +387,17 @@ impl Executor {
         if hooks.cancel.is_cancelled() {
             return Err(CallError::new(ErrorCode::Cancelled, format!("{name}: cancelled by the caller before it ran")));
         }
+        // No record, no run: a call whose record could not be kept never starts.
+        self.audit.check_writable().map_err(|e| {
+            CallError::new(
+                ErrorCode::Internal,
+                format!(
+                    "{name}: the audit log {} cannot take this call's record ({e}); nothing ran \
+                     (fix the log, or pass --audit-log)",
+                    self.audit.path().display()
+                ),
+            )
+        })?;
 
         // Run.
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
