@@ -46,41 +46,15 @@ const SECRET: &str = "warden-self-test-secret";
 
 /// The scratch directories of one self-test.
 struct Scene {
-    _dir: tempfile_dir::TempDir,
+    _dir: crate::runtime::CallTmp,
     ws: PathBuf,
     outside: PathBuf,
 }
 
-/// A tiny temporary directory (no dev-dependency in the library).
-mod tempfile_dir {
-    use std::path::{Path, PathBuf};
-
-    pub(super) struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub(super) fn new() -> std::io::Result<TempDir> {
-            let mut b = [0u8; 8];
-            getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
-            let p = std::env::temp_dir().join(format!("warden-selftest-{}", hex::encode(b)));
-            std::fs::create_dir(&p)?;
-            Ok(TempDir(p))
-        }
-        pub(super) fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 impl Scene {
     fn new() -> Result<Scene, String> {
-        let dir = tempfile_dir::TempDir::new().map_err(|e| format!("cannot create a scratch directory: {e}"))?;
-        let root = dir.path().canonicalize().map_err(|e| e.to_string())?;
+        let dir = crate::runtime::CallTmp::create().map_err(|e| e.message)?;
+        let root = dir.path.canonicalize().map_err(|e| e.to_string())?;
         let (ws, outside) = (root.join("ws"), root.join("outside"));
         for d in [&ws, &outside] {
             std::fs::create_dir(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;

@@ -73,10 +73,8 @@ impl WardenServer {
     }
 }
 
-/// Who answers approvals for one call.
+/// Who answers approvals for one call, when the client does (not `--approve yes|deny`).
 enum Asker {
-    /// The executor's own approver (`--approve yes|deny`).
-    Executor,
     Live(Live),
     Stateless(Arc<Stateless>),
     Nobody(&'static str),
@@ -132,33 +130,33 @@ impl ServerHandler for WardenServer {
         let progress = context.meta.get_progress_token();
 
         let asker = if shared.approver_only {
-            Asker::Executor
+            None
         } else if !can_elicit {
-            Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)")
+            Some(Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)"))
         } else if modern {
-            Asker::Stateless(Arc::new(Stateless {
+            Some(Asker::Stateless(Arc::new(Stateless {
                 state: request.request_state.clone(),
                 responses: request.input_responses.clone(),
                 sealer: shared.sealer.clone(),
                 grants: self.grants.clone(),
                 input_required: Default::default(),
-            }))
+            })))
         } else if let Some(grants) = &self.grants {
-            Asker::Live(Live {
+            Some(Asker::Live(Live {
                 handle: tokio::runtime::Handle::current(),
                 peer: context.peer.clone(),
                 cancelled: context.ct.clone(),
                 sealer: shared.sealer.clone(),
                 grants: grants.clone(),
-            })
+            }))
         } else {
-            Asker::Nobody(
+            Some(Asker::Nobody(
                 "this MCP client uses the legacy protocol over stateless HTTP, where warden cannot ask it \
                  (use the 2026-07-28 protocol or stdio)",
-            )
+            ))
         };
         let stateless = match &asker {
-            Asker::Stateless(s) => Some(s.clone()),
+            Some(Asker::Stateless(s)) => Some(s.clone()),
             _ => None,
         };
 
@@ -178,14 +176,16 @@ impl ServerHandler for WardenServer {
         let mut call = tokio::task::spawn_blocking(move || {
             let hook = |req: &Request<'_>| -> Verdict {
                 match &asker {
-                    Asker::Executor => unreachable_verdict(req),
-                    Asker::Live(live) => live.ask(req),
-                    Asker::Stateless(s) => s.ask(req),
-                    Asker::Nobody(why) => approval::cannot_ask(req, why),
+                    Some(Asker::Live(live)) => live.ask(req),
+                    Some(Asker::Stateless(s)) => s.ask(req),
+                    Some(Asker::Nobody(why)) => approval::cannot_ask(req, why),
+                    // Never installed without an asker (see below).
+                    None => approval::cannot_ask(req, "no approval channel is configured"),
                 }
             };
+            // Without an asker, the executor's own approver answers (`--approve yes|deny`).
             let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
-                if matches!(asker, Asker::Executor) { None } else { Some(&hook) };
+                if asker.is_some() { Some(&hook) } else { None };
             worker.executor.call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch })
         });
 
@@ -221,9 +221,4 @@ impl ServerHandler for WardenServer {
         }
         Ok(tools::result(&response).into())
     }
-}
-
-/// With `--approve yes|deny` the executor answers; the hook is never installed then.
-fn unreachable_verdict(req: &Request<'_>) -> Verdict {
-    approval::cannot_ask(req, "no approval channel is configured")
 }

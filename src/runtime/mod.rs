@@ -159,7 +159,8 @@ pub struct CallTmp {
 }
 
 impl CallTmp {
-    fn create() -> Result<CallTmp, CallError> {
+    /// A fresh private (0700) directory under the system temporary directory.
+    pub fn create() -> Result<CallTmp, CallError> {
         let mut rnd = [0u8; 8];
         getrandom::fill(&mut rnd).map_err(|e| CallError::new(ErrorCode::Internal, format!("no randomness: {e}")))?;
         let path = std::env::temp_dir().join(format!("warden-{}", hex::encode(rnd)));
