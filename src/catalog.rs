@@ -2,9 +2,14 @@
 //! description and compiled input schema; name resolution with suggestions.
 //!
 //! Only tools the policy declares exist. A plugin's other tools are invisible.
-//! A tool whose plugin failed to load (missing file, sha256 mismatch) or does not
-//! offer it stays in the catalog as *unavailable*, with the reason, so `list`,
-//! `policy check` and every call say why instead of pretending it is unknown.
+//! A tool whose plugin failed to load (missing file, sha256 mismatch), does not
+//! offer it, or whose definition no longer matches `warden.lock` stays in the
+//! catalog as *unavailable*, with the reason, so `list`, `policy check` and every
+//! call say why instead of pretending it is unknown.
+//!
+//! A `[servers.NAME]` entry contributes every tool the server lists, as
+//! `NAME__TOOL`; a server that cannot start leaves one unavailable entry,
+//! `NAME__*`, that says why.
 
 #![forbid(unsafe_code)]
 
@@ -14,8 +19,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{Policy, Runner, Tier, ToolSpec};
-use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
+use crate::lock::{Owner, Pins};
+use crate::policy::{PluginSource, Policy, Runner, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
+use crate::runtime::server::ServerPool;
+use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin, ToolDef};
 
 /// The largest input schema warden compiles.
 const MAX_SCHEMA_BYTES: usize = 256 << 10;
@@ -50,17 +57,57 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Loads every plugin the policy's tools use and compiles their schemas.
-    pub fn build(policy: &Policy, runtime: &ComponentRuntime) -> Catalog {
-        let mut entries = BTreeMap::new();
-        for (name, spec) in &policy.tools {
-            // Errors can quote what a plugin said (its tool names): no terminal escapes.
-            let state = ready(policy, spec, runtime)
-                .map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
-            if let Err(e) = &state {
-                tracing::warn!(tool = %name, "tool unavailable: {}", e.message);
+    /// Loads every plugin the policy's tools use, starts its servers, checks
+    /// definitions against `pins` and compiles every input schema.
+    pub fn build(policy: &Policy, runtime: &ComponentRuntime, servers: &ServerPool, pins: &Pins) -> Catalog {
+        if let Pins::Missing(path) = pins {
+            let pinned: Vec<String> = policy
+                .plugins
+                .values()
+                .filter(|p| matches!(p.source, PluginSource::File(_)) && p.kind == crate::policy::PluginKind::Tool)
+                .map(|p| format!("plugin {}", p.name))
+                .chain(policy.servers.keys().map(|s| format!("server {s}")))
+                .collect();
+            if !pinned.is_empty() {
+                tracing::warn!(
+                    "no {}: the tool definitions of {} are not pinned; run `warden lock` to pin them",
+                    path.display(),
+                    pinned.join(", ")
+                );
             }
-            entries.insert(name.clone(), Entry { spec: spec.clone(), state });
+        }
+        let found = Found { policy, runtime, servers, pins };
+        let mut entries = BTreeMap::new();
+        let mut add = |spec: ToolSpec, state: Result<ReadyTool, CallError>| {
+            // Errors can quote what a plugin or server said: no terminal escapes.
+            let state = state.map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
+            if let Err(e) = &state {
+                tracing::warn!(tool = %spec.name, "tool unavailable: {}", e.message);
+            }
+            entries.insert(spec.name.clone(), Entry { spec, state });
+        };
+        for spec in policy.tools.values() {
+            add(spec.clone(), found.ready(spec));
+        }
+        for server in policy.servers.values() {
+            match servers.definitions(server) {
+                Ok(defs) => {
+                    for def in defs {
+                        let spec = server.tool_spec(&def.name);
+                        if !policy.tools.contains_key(&spec.name) {
+                            let state = found.ready(&spec);
+                            add(spec, state);
+                        }
+                    }
+                }
+                Err(e) => {
+                    let spec = server.tool_spec("*");
+                    add(
+                        spec,
+                        Err(CallError::new(e.code, format!("server {} is unavailable: {}", server.name, e.message))),
+                    );
+                }
+            }
         }
         Catalog { entries }
     }
@@ -79,6 +126,12 @@ impl Catalog {
     /// `NOT_FOUND` with the closest visible names.
     pub fn resolve(&self, requested: &str) -> Result<&Entry, CallError> {
         if let Some(e) = self.entries.get(requested) {
+            return Ok(e);
+        }
+        // A tool of a server that could not start: the server's reason.
+        if let Some((server, _)) = requested.split_once(SERVER_TOOL_SEPARATOR)
+            && let Some(e) = self.entries.get(&format!("{server}{SERVER_TOOL_SEPARATOR}*"))
+        {
             return Ok(e);
         }
         if let Some((plugin, tool)) = requested.split_once('.')
@@ -116,47 +169,99 @@ impl ReadyTool {
     }
 }
 
-fn ready(policy: &Policy, spec: &ToolSpec, runtime: &ComponentRuntime) -> Result<ReadyTool, CallError> {
-    let (plugin, description, schema_text, source) = match &spec.runner {
-        Runner::Plugin(plugin_name) => {
+/// What [`Catalog::build`] finds tools with.
+struct Found<'a> {
+    policy: &'a Policy,
+    runtime: &'a ComponentRuntime,
+    servers: &'a ServerPool,
+    pins: &'a Pins,
+}
+
+impl Found<'_> {
+    fn ready(&self, spec: &ToolSpec) -> Result<ReadyTool, CallError> {
+        let (policy, runtime) = (self.policy, self.runtime);
+        let load = |plugin_name: &str| {
             let plugin_spec = policy.plugins.get(plugin_name).ok_or_else(|| {
                 CallError::new(ErrorCode::Internal, format!("tool {}: plugin {plugin_name} is not declared", spec.name))
             })?;
-            let plugin = runtime
+            runtime
                 .load(plugin_spec)
-                .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
-            let def = plugin.tools.iter().find(|t| t.name == spec.name).ok_or_else(|| {
-                let offered: Vec<&str> = plugin.tools.iter().map(|t| t.name.as_str()).collect();
-                CallError::new(
-                    ErrorCode::NotFound,
-                    format!(
-                        "tool {} ({}): plugin {plugin_name} offers no tool of that name (it offers: {})",
-                        spec.name,
-                        spec.location,
-                        offered.join(", ")
-                    ),
-                )
-            })?;
-            let (description, schema) = (def.description.clone(), def.input_schema.clone());
-            (Some(plugin), description, schema, format!("plugin {plugin_name}"))
-        }
-        Runner::Process(exec) => {
-            let program = std::path::Path::new(&exec.argv[0]);
-            if !program.is_file() {
-                return Err(CallError::new(
-                    ErrorCode::SandboxUnavailable,
-                    format!(
-                        "tool {} ({}): the program {} does not exist on this machine; install it or change exec[0]",
-                        spec.name,
-                        spec.location,
-                        program.display()
-                    ),
-                ));
+                .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))
+        };
+        let refused = |e: String| CallError::new(ErrorCode::Denied, format!("tool {} is refused: {e}", spec.name));
+        let (plugin, description, schema_text, source) = match &spec.runner {
+            Runner::Plugin(plugin_name) => {
+                let plugin = load(plugin_name)?;
+                let def = find(&plugin.tools, &spec.name, || {
+                    format!("tool {} ({}): plugin {plugin_name}", spec.name, spec.location)
+                })?;
+                if policy.plugins.get(plugin_name).is_some_and(|p| matches!(p.source, PluginSource::File(_))) {
+                    self.pins.check(Owner::Plugin(plugin_name), def).map_err(refused)?;
+                }
+                let (description, schema) = (def.description.clone(), def.input_schema.clone());
+                (Some(plugin), description, schema, format!("plugin {plugin_name}"))
             }
-            let description = format!("Run {}", exec.argv.join(" "));
-            (None, description, exec.schema().to_string(), "its policy entry".to_string())
-        }
-    };
+            Runner::Command(command) => {
+                let plugin = load(&command.plugin)?;
+                let description = format!("Run the {} command component", command.plugin);
+                (Some(plugin), description, command.schema().to_string(), "its policy entry".to_string())
+            }
+            Runner::Server(st) => {
+                let server = policy.servers.get(&st.server).ok_or_else(|| {
+                    CallError::new(
+                        ErrorCode::Internal,
+                        format!("tool {}: server {} is not declared", spec.name, st.server),
+                    )
+                })?;
+                let defs = self
+                    .servers
+                    .definitions(server)
+                    .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
+                let def =
+                    find(&defs, &st.tool, || format!("tool {} ({}): server {}", spec.name, spec.location, st.server))?;
+                self.pins.check(Owner::Server(&st.server), def).map_err(refused)?;
+                (None, def.description.clone(), def.input_schema.clone(), format!("server {}", st.server))
+            }
+            Runner::Process(exec) => {
+                let program = std::path::Path::new(&exec.argv[0]);
+                if !program.is_file() {
+                    return Err(CallError::new(
+                        ErrorCode::SandboxUnavailable,
+                        format!(
+                            "tool {} ({}): the program {} does not exist on this machine; install it or change exec[0]",
+                            spec.name,
+                            spec.location,
+                            program.display()
+                        ),
+                    ));
+                }
+                let description = format!("Run {}", exec.argv.join(" "));
+                (None, description, exec.schema().to_string(), "its policy entry".to_string())
+            }
+        };
+        compile(spec, plugin, description, &schema_text, &source)
+    }
+}
+
+/// The definition named `name` among `defs`, or `NOT_FOUND` naming what `owner` offers.
+fn find<'d>(defs: &'d [ToolDef], name: &str, owner: impl Fn() -> String) -> Result<&'d ToolDef, CallError> {
+    defs.iter().find(|t| t.name == name).ok_or_else(|| {
+        let offered: Vec<&str> = defs.iter().map(|t| t.name.as_str()).collect();
+        CallError::new(
+            ErrorCode::NotFound,
+            format!("{} offers no tool named {name:?} (it offers: {})", owner(), offered.join(", ")),
+        )
+    })
+}
+
+/// Compiles a tool's input schema and finishes its entry.
+fn compile(
+    spec: &ToolSpec,
+    plugin: Option<Arc<LoadedPlugin>>,
+    description: String,
+    schema_text: &str,
+    source: &str,
+) -> Result<ReadyTool, CallError> {
     let bad_schema = |why: String| {
         CallError::new(
             ErrorCode::ExecutionFailed,
@@ -166,7 +271,7 @@ fn ready(policy: &Policy, spec: &ToolSpec, runtime: &ComponentRuntime) -> Result
     if schema_text.len() > MAX_SCHEMA_BYTES {
         return Err(bad_schema(format!("larger than {MAX_SCHEMA_BYTES} bytes")));
     }
-    let schema: Value = serde_json::from_str(&schema_text).map_err(|e| bad_schema(e.to_string()))?;
+    let schema: Value = serde_json::from_str(schema_text).map_err(|e| bad_schema(e.to_string()))?;
     let validator = jsonschema::draft202012::new(&schema).map_err(|e| bad_schema(e.to_string()))?;
     let path_args = schema
         .get("properties")

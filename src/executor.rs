@@ -23,8 +23,10 @@ use crate::approval::{self, ApprovedBy, Approver, Verdict};
 use crate::audit::{AuditLog, Decision, Record};
 use crate::catalog::{Catalog, Entry, ReadyTool};
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{GrantPath, PluginSource, Policy, Runner, Tier};
+use crate::lock::Pins;
+use crate::policy::{CommandSpec, GrantPath, PluginSource, Policy, Runner, Tier};
 use crate::runtime::process::ProcessRuntime;
+use crate::runtime::server::ServerPool;
 use crate::runtime::wasm::ComponentRuntime;
 use crate::runtime::{Cancel, RunOutput, SandboxReport, Walls};
 use crate::shape;
@@ -164,6 +166,7 @@ pub struct Executor {
     catalog: Catalog,
     runtime: ComponentRuntime,
     processes: ProcessRuntime,
+    servers: ServerPool,
     approver: Approver,
     audit: AuditLog,
     session: String,
@@ -193,9 +196,11 @@ impl Executor {
     /// `cache_dir`), answering approvals with `approver` and recording to `audit`.
     pub fn new(policy: Policy, approver: Approver, audit: AuditLog, options: Options) -> Result<Executor, CallError> {
         let runtime = ComponentRuntime::new(options.cache_dir)?;
-        let processes = ProcessRuntime::new(options.sandbox_helper, policy.mode);
-        let catalog = Catalog::build(&policy, &runtime);
-        Ok(Executor { policy, catalog, runtime, processes, approver, audit, session: random_id("s") })
+        let processes = ProcessRuntime::new(options.sandbox_helper.clone(), policy.mode);
+        let servers = ServerPool::new(options.sandbox_helper, policy.mode, policy.workspace.clone());
+        let pins = Pins::load(policy.lock_path.as_deref());
+        let catalog = Catalog::build(&policy, &runtime, &servers, &pins);
+        Ok(Executor { policy, catalog, runtime, processes, servers, approver, audit, session: random_id("s") })
     }
 
     /// The policy.
@@ -206,6 +211,11 @@ impl Executor {
     /// The catalog of tools.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// The running process of server `name`, if it runs (for diagnostics and tests).
+    pub fn server_pid(&self, name: &str) -> Option<u32> {
+        self.servers.pid(name)
     }
 
     /// The session id.
@@ -400,6 +410,16 @@ impl Executor {
         })?;
 
         // Run.
+        if let Runner::Server(st) = &spec.runner {
+            let server = self.policy.servers.get(&st.server).ok_or_else(|| {
+                CallError::new(ErrorCode::Internal, format!("{name}: server {} is not declared", st.server))
+            })?;
+            trace.sandbox = self.servers.sandbox(&st.server);
+            let (RunOutput { value, usage, .. }, sandbox) =
+                self.servers.call(server, &st.tool, &call.args, &hooks.cancel)?;
+            trace.sandbox = Some(sandbox);
+            return Ok(self.shape(spec, value, usage, trace));
+        }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
         let RunOutput { value, usage, sandbox } = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) => {
@@ -417,23 +437,40 @@ impl Executor {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
                 self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel)?
             }
-            (Runner::Plugin(p), None) => {
+            (Runner::Command(command), Some(plugin)) => {
+                trace.sandbox = Some(ComponentRuntime::report(&walls));
+                let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
+                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel)?
+            }
+            (Runner::Plugin(p), None) | (Runner::Command(CommandSpec { plugin: p, .. }), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
+            }
+            (Runner::Server(_), _) => {
+                return Err(CallError::new(ErrorCode::Internal, format!("{name}: a server tool reached the runtimes")));
             }
         };
         if sandbox.is_some() {
             trace.sandbox = sandbox;
         }
+        Ok(self.shape(spec, value, usage, trace))
+    }
+
+    /// Sanitises and truncates a result to the tool's `max_output`.
+    fn shape(
+        &self,
+        spec: &crate::policy::ToolSpec,
+        value: Value,
+        usage: crate::runtime::Usage,
+        trace: &mut Trace,
+    ) -> (Value, bool) {
         let streams_truncated = usage.truncated;
         trace.usage = Some(usage);
-
-        // Shape.
         let max = usize::try_from(spec.limits.max_output).unwrap_or(usize::MAX);
         let (value, cut) = shape::truncate(shape::sanitize(value), max);
         if let Some(u) = trace.usage.as_mut() {
             u.truncated |= cut;
         }
-        Ok((value, cut || streams_truncated))
+        (value, cut || streams_truncated)
     }
 
     /// Refuses path arguments that fall outside every directory the tool is granted,
@@ -469,6 +506,36 @@ impl Executor {
         }
         Ok(())
     }
+}
+
+/// The argv of a command component's call: the plugin's name, then each `args`
+/// element with `{name}` replaced by the string argument `name`. Path arguments
+/// (`"format": "path"`) are given as absolute paths (already checked to be
+/// inside a grant), since a component has no working directory of its own.
+fn command_argv(
+    tool: &str,
+    command: &CommandSpec,
+    args: &Value,
+    path_args: &[String],
+    workspace: &Path,
+) -> Result<Vec<String>, CallError> {
+    let mut argv = vec![command.plugin.clone()];
+    for element in &command.args {
+        argv.push(crate::policy::fill_template(element, |p| {
+            if !command.params.iter().any(|x| x == p) {
+                return Ok(None);
+            }
+            let v = args.get(p).and_then(Value::as_str).ok_or_else(|| {
+                CallError::new(ErrorCode::InvalidArgs, format!("{tool}: argument `{p}` must be a string"))
+            })?;
+            Ok(Some(if path_args.iter().any(|x| x == p) {
+                normalize(workspace, v).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| v.to_string())
+            } else {
+                v.to_string()
+            }))
+        })?);
+    }
+    Ok(argv)
 }
 
 /// Joins `raw` to `base` and removes `.` and `..` lexically; `None` if it climbs above `/`.

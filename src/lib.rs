@@ -11,10 +11,12 @@
 //!
 //! * [`policy`]: the policy file: loading, checking, the tier decision.
 //! * [`catalog`]: the tools that exist under the policy; name resolution.
+//! * [`lock`]: `warden.lock`, the pinned tool definitions of plugins and servers.
 //! * [`executor`]: the pipeline that takes one call from request to response.
 //! * [`approval`]: who says yes to `ask` and `confirm` calls, and the preview.
 //! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components,
-//!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp.
+//!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp,
+//!   [`runtime::server`] runs MCP servers inside that same sandbox.
 //! * [`shape`]: result sanitising and type-aware truncation.
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
 //! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
@@ -31,6 +33,7 @@ pub mod checkup;
 pub mod cli;
 pub mod error;
 pub mod executor;
+pub mod lock;
 pub mod mcp;
 pub mod policy;
 pub mod runtime;

@@ -87,8 +87,13 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
         .filter(|e| e.spec.tier != Tier::Deny)
         .map(|e| {
             let (runtime, layers, missing) = match &e.spec.runner {
-                Runner::Process(_) => {
-                    let mut layers = vec!["separate process in its own session".to_string(), "rlimits".into()];
+                Runner::Process(_) | Runner::Server(_) => {
+                    let first = if matches!(e.spec.runner, Runner::Server(_)) {
+                        "MCP server: one long-running process in its own session"
+                    } else {
+                        "separate process in its own session"
+                    };
+                    let mut layers = vec![first.to_string(), "rlimits".into()];
                     let mut missing = Vec::new();
                     if host.landlock_abi >= 1 {
                         layers.push(format!("Landlock ABI {}", host.landlock_abi.min(6)));
@@ -110,9 +115,9 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                             missing.push("a pids cgroup (as root, RLIMIT_NPROC does not apply)".into());
                         }
                     }
-                    ("process", layers, missing)
+                    (e.spec.runtime(), layers, missing)
                 }
-                Runner::Plugin(_) => {
+                Runner::Plugin(_) | Runner::Command(_) => {
                     let mut layers = vec![
                         "WebAssembly component (no ambient authority)".to_string(),
                         "granted directories only (preopens)".into(),

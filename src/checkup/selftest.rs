@@ -216,6 +216,7 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
     let spec = PluginSpec {
         name: "self-test".into(),
         source: PluginSource::File(file),
+        kind: crate::policy::PluginKind::Tool,
         sha256: Some(hex::encode(Sha256::digest(HOSTILE))),
         location: "self-test".into(),
     };

@@ -91,6 +91,16 @@ pub enum Command {
         #[arg(long)]
         no_self_test: bool,
     },
+    /// Pin the tool definitions (name, description, input schema) of the policy's
+    /// plugins and MCP servers in warden.lock beside the policy file.
+    ///
+    /// Once warden.lock exists, a tool whose definition no longer matches it (a
+    /// "rug pull") is refused until you review the change and run this again.
+    Lock {
+        /// Write nothing; exit 1 when warden.lock is missing or out of date.
+        #[arg(long)]
+        check: bool,
+    },
     /// Plugin commands.
     #[command(subcommand)]
     Plugin(PluginCommand),

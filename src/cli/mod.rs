@@ -23,8 +23,10 @@ use crate::approval::{ApproveMode, Approver};
 use crate::audit::{self, AuditLog};
 use crate::catalog::Catalog;
 use crate::executor::{Executor, Options, ToolCall};
+use crate::lock::Pins;
 use crate::policy::units::{format_duration, format_size};
 use crate::policy::{Context, Policy, Tier};
+use crate::runtime::server::ServerPool;
 use crate::runtime::wasm::ComponentRuntime;
 
 /// The largest stdin document `call -` and `exec` read.
@@ -97,6 +99,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
         Command::Plugin(PluginCommand::Inspect { file, json }) => plugin_inspect(file, *json),
+        Command::Lock { check } => lock(&cli, *check),
         Command::Audit { format, fail_on, no_self_test } => audit(&cli, *format, *fail_on, !*no_self_test),
         Command::List { json } => {
             let executor = executor(&cli)?;
@@ -117,7 +120,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 }
             };
             let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
-            let catalog = Catalog::build(&policy, &runtime);
+            let (catalog, _servers) = catalog_of(&policy, &runtime);
             Ok(policy_check(&policy, &catalog))
         }
         Command::Log(LogCommand::Verify { file }) => {
@@ -222,7 +225,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     let (tools, descriptions) = match &loaded {
         Ok(policy) => {
             let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
-            let catalog = Catalog::build(policy, &runtime);
+            let (catalog, _servers) = catalog_of(policy, &runtime);
             let descriptions = catalog
                 .entries()
                 .filter(|e| e.spec.description.is_none())
@@ -265,6 +268,99 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     Ok(u8::from(report.fails(threshold)))
 }
 
+/// The catalog of `policy` as the executor would build it, and the servers it started.
+fn catalog_of(policy: &Policy, runtime: &ComponentRuntime) -> (Catalog, ServerPool) {
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy.mode, policy.workspace.clone());
+    let pins = Pins::load(policy.lock_path.as_deref());
+    (Catalog::build(policy, runtime, &servers, &pins), servers)
+}
+
+/// `warden lock [--check]`.
+fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
+    use crate::lock::{Lock, Owner};
+    use crate::policy::{PluginKind, PluginSource};
+    let ctx = context(cli)?;
+    let policy = load_policy(cli, &ctx)?;
+    let Some(path) = policy.lock_path.clone() else {
+        return Err(fail(
+            2,
+            "the embedded default policy has only builtin plugins, which warden itself pins: nothing to lock \
+             (pass --policy FILE)",
+        ));
+    };
+    let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
+    let mut new = Lock::new();
+    for p in policy.plugins.values() {
+        if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
+            continue;
+        }
+        let loaded = runtime.load(p).map_err(|e| fail(1, format!("cannot lock: {}", e.message)))?;
+        new.insert(Owner::Plugin(&p.name), &loaded.tools);
+    }
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy.mode, policy.workspace.clone());
+    for s in policy.servers.values() {
+        let defs = servers.definitions(s).map_err(|e| {
+            fail(1, format!("cannot lock: server {}: {}", s.name, crate::shape::sanitize_str(&e.message)))
+        })?;
+        new.insert(Owner::Server(&s.name), &defs);
+    }
+    let old = match Pins::load(Some(&path)) {
+        Pins::Loaded(_, lock) => Some(lock),
+        Pins::Broken(_, why) => {
+            eprintln!("note: the existing {} cannot be read ({why}); it is replaced", path.display());
+            None
+        }
+        Pins::Missing(_) | Pins::Unchecked => None,
+    };
+    let (added, changed, removed) = old.clone().unwrap_or_else(Lock::new).changes(&new);
+    for (what, list) in [("new", &added), ("CHANGED", &changed), ("removed", &removed)] {
+        for t in list {
+            println!("{what:<8} {}", crate::shape::sanitize_str(t));
+        }
+    }
+    let tools: usize = new.plugins.values().chain(new.servers.values()).map(|t| t.len()).sum();
+    let up_to_date = old.as_ref() == Some(&new);
+    if check {
+        if up_to_date {
+            println!("{} is up to date: {tools} tool definition(s)", path.display());
+            return Ok(0);
+        }
+        println!(
+            "{} is {}: run `warden lock` after reviewing the changes above",
+            path.display(),
+            if old.is_none() { "missing" } else { "out of date" }
+        );
+        return Ok(1);
+    }
+    write_atomically(&path, new.to_text().as_bytes())
+        .map_err(|e| fail(70, format!("cannot write {}: {e}", path.display())))?;
+    println!(
+        "wrote {}: {} plugin(s), {} server(s), {tools} tool definition(s){}",
+        path.display(),
+        new.plugins.len(),
+        new.servers.len(),
+        if up_to_date { " (unchanged)" } else { "" }
+    );
+    Ok(0)
+}
+
+/// Writes `path` through a temporary file in the same directory, fsynced, then renamed.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp-{}", crate::policy::LOCK_FILE, std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// What an import lets a component ask for.
 fn reach(import: &str) -> String {
     let family = import.split('/').next().unwrap_or(import);
@@ -294,6 +390,7 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
     let spec = crate::policy::PluginSpec {
         name: "inspected".into(),
         source: crate::policy::PluginSource::File(file.to_path_buf()),
+        kind: crate::policy::PluginKind::Tool,
         sha256: Some(sha256.clone()),
         location: file.display().to_string(),
     };
@@ -315,6 +412,7 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
                             "name": sanitize(&t.name),
                             "description": sanitize(&t.description),
                             "input_schema": serde_json::from_str::<Value>(&t.input_schema).unwrap_or(Value::Null),
+                            "schema_error": schema_error(&t.input_schema),
                             "poisoning": crate::policy::lint::poisoning(&t.description),
                         })
                     })
@@ -343,12 +441,29 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
                         println!("  {:<20} WARNING: the description {why} (tool poisoning)", "");
                     }
                     println!("  {:<20} input schema: {}", "", sanitize(&t.input_schema));
+                    if let Some(why) = schema_error(&t.input_schema) {
+                        println!("  {:<20} ERROR: the input schema is unusable: {}", "", sanitize(&why));
+                    }
                 }
             }
             Err(e) => println!("  not a warden plugin: {}", e.message),
         }
     }
-    Ok(u8::from(tools.is_err()))
+    let bad_schema = tools.as_ref().is_ok_and(|t| t.iter().any(|t| schema_error(&t.input_schema).is_some()));
+    Ok(u8::from(tools.is_err() || bad_schema))
+}
+
+/// Why a tool's input schema cannot be used (not JSON, not a JSON Schema 2020-12
+/// object schema), or `None` when warden can validate arguments with it.
+fn schema_error(text: &str) -> Option<String> {
+    let schema: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("not JSON: {e}")),
+    };
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Some("the schema must describe an object (\"type\": \"object\")".into());
+    }
+    jsonschema::draft202012::new(&schema).err().map(|e| e.to_string())
 }
 
 /// `p` made absolute against the current directory (lexically; it may not exist yet).
@@ -442,7 +557,7 @@ fn list(catalog: &Catalog, as_json: bool) {
                 let mut o = json!({
                     "name": e.spec.name,
                     "tier": e.spec.tier,
-                    "runtime": if e.spec.plugin().is_some() { "component" } else { "process" },
+                    "runtime": e.spec.runtime(),
                     "plugin": e.spec.plugin(),
                     "available": e.state.is_ok(),
                     "grants": {"read": read, "write": write, "net": net},

@@ -8,11 +8,12 @@ use std::path::{Component, Path, PathBuf};
 use regex::RegexBuilder;
 use toml::Spanned;
 
-use super::schema::{RawLimits, RawPolicy, RawTool};
+use super::schema::{RawLimits, RawPolicy, RawRule, RawTool};
 use super::{
-    ArgSelector, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
-    DEFAULT_TIMEOUT, ExecSpec, GrantPath, Grants, Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginSource,
-    PluginSpec, Policy, PolicyError, Problem, Rule, Runner, Tier, ToolSpec,
+    ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES,
+    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, ExecSpec, GrantPath, Grants, Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant,
+    PluginKind, PluginSource, PluginSpec, Policy, PolicyError, Problem, Rule, Runner, SERVER_TOOL_SEPARATOR,
+    ServerSpec, Tier, ToolSpec,
 };
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
@@ -177,17 +178,52 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
                 None
             }
         };
-        plugins.insert(name.clone(), PluginSpec { name: name.clone(), source, sha256, location: c.location(span) });
+        let kind = match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+            None | Some(("tool", _)) => PluginKind::Tool,
+            Some(("command", _)) => PluginKind::Command,
+            Some((other, span)) => {
+                c.problem(
+                    span,
+                    format!(
+                        "plugin {name}: unknown kind {other:?}: \"tool\" (the warden:plugin world, the default) or \
+                         \"command\" (a wasi:cli/command program run with each tool's `args`)"
+                    ),
+                );
+                PluginKind::Tool
+            }
+        };
+        if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
+            c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
+        }
+        plugins
+            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
     }
 
     if raw.tools.len() > MAX_TOOLS {
         c.problem(0..0, format!("too many tools: {} (at most {MAX_TOOLS})", raw.tools.len()));
     }
 
+    let mut servers = BTreeMap::new();
+    for (name, spanned) in &raw.servers {
+        if let Some(server) = compile_server(&mut c, name, spanned, &plugins, &defaults, ctx) {
+            servers.insert(name.get_ref().clone(), server);
+        }
+    }
+
     let mut tools = BTreeMap::new();
     for (name, spanned) in &raw.tools {
         let tool_span = spanned.span();
         let name_str = name.get_ref();
+        if let Some((server, tool)) = name_str.split_once(SERVER_TOOL_SEPARATOR)
+            && raw.servers.keys().any(|k| k.get_ref() == server)
+        {
+            if let Some(server) = servers.get(server)
+                && let Some(t) = compile_server_tool(&mut c, server, tool, tool_span, spanned.get_ref())
+            {
+                tools.insert(name_str.clone(), t);
+            }
+            continue;
+        }
         if !valid_tool_name(name_str) {
             c.problem(
                 name.span(),
@@ -213,7 +249,153 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         mode: raw.sandbox.mode.as_ref().map(|m| *m.get_ref()).unwrap_or_default(),
         plugins,
         tools,
+        servers,
+        lock_path: (origin != super::DEFAULT_POLICY_NAME).then(|| dir.join(super::LOCK_FILE)),
     })
+}
+
+/// Server names: 1-32 characters of a-z, 0-9 and `-`, so that `NAME__TOOL` splits one way.
+fn valid_server_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.starts_with(|c: char| c.is_ascii_lowercase())
+        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// How much CPU time a server process may use before it is killed (and restarted
+/// by the next call), unless `limits.cpu` says otherwise.
+const DEFAULT_SERVER_CPU: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Checks `[servers.NAME]`: a process-tool entry without arguments.
+fn compile_server(
+    c: &mut Checker<'_>,
+    name: &Spanned<String>,
+    spanned: &Spanned<RawTool>,
+    plugins: &BTreeMap<String, PluginSpec>,
+    defaults: &Limits,
+    ctx: &Context,
+) -> Option<ServerSpec> {
+    let (name_span, name) = (name.span(), name.get_ref());
+    let t = spanned.get_ref();
+    let before = c.problems.len();
+    if !valid_server_name(name) {
+        c.problem(
+            name_span,
+            format!("server {name:?}: names are 1-32 characters of a-z, 0-9 and -, starting with a letter"),
+        );
+    }
+    let refused = [
+        ("plugin", t.plugin.as_ref().map(Spanned::span)),
+        ("args", t.args.as_ref().map(Spanned::span)),
+        ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
+        ("description", t.description.as_ref().map(Spanned::span)),
+        ("rule", t.rule.first().map(Spanned::span)),
+    ];
+    for (key, span) in refused {
+        if let Some(span) = span {
+            c.problem(
+                span,
+                format!(
+                    "server {name}: `{key}` does not apply to a server (its tools come from the server; \
+                     set tiers and rules per tool in [tools.\"{name}{SERVER_TOOL_SEPARATOR}TOOL\"])"
+                ),
+            );
+        }
+    }
+    if t.exec.is_none() {
+        c.problem(
+            spanned.span(),
+            format!("server {name}: needs `exec = [\"/path/to/program\", …]`, the command that starts the server"),
+        );
+        return None;
+    }
+    let label = format!("server {name}");
+    let spec = compile_tool(c, &label, spanned.span(), t, plugins, defaults, Tier::Ask, ctx);
+    // The tool checks say "tool NAME:"; here the subject is the server.
+    for p in &mut c.problems[before..] {
+        if let Some(rest) = p.message.strip_prefix("tool server ") {
+            p.message = format!("server {rest}");
+        }
+    }
+    let spec = spec?;
+    let Runner::Process(exec) = spec.runner else { return None };
+    if !exec.params.is_empty() {
+        c.problem(
+            t.exec.as_ref().map_or(spanned.span(), Spanned::span),
+            format!(
+                "server {name}: exec uses {{{}}}, but a server is started once, not per call: only {{workspace}}, \
+                 {{home}}, {{cache}} and {{tmp}} apply",
+                exec.params.join("}, {")
+            ),
+        );
+    }
+    let mut limits = spec.limits;
+    if t.limits.cpu.is_none() {
+        limits.cpu = DEFAULT_SERVER_CPU;
+    }
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(ServerSpec { name: name.clone(), exec, tier: spec.tier, grants: spec.grants, limits, location: spec.location })
+}
+
+/// Checks `[tools."SERVER__TOOL"]`: a tier, rules or a description for one tool
+/// of a server. Its walls are the server's.
+fn compile_server_tool(
+    c: &mut Checker<'_>,
+    server: &ServerSpec,
+    tool: &str,
+    span: Range<usize>,
+    t: &RawTool,
+) -> Option<ToolSpec> {
+    let full = format!("{}{SERVER_TOOL_SEPARATOR}{tool}", server.name);
+    let before = c.problems.len();
+    if tool.is_empty() || tool.len() > 64 {
+        c.problem(span.clone(), format!("tool {full:?}: the server's tool name must be 1-64 characters"));
+    }
+    let l = &t.limits;
+    let refused = [
+        ("plugin", t.plugin.is_some()),
+        ("exec", t.exec.is_some()),
+        ("args", t.args.is_some()),
+        ("cwd", t.cwd.is_some()),
+        ("input_schema", t.input_schema.is_some()),
+        ("fs", !t.fs.read.is_empty() || !t.fs.write.is_empty()),
+        ("net", !t.net.connect.is_empty()),
+        ("env", !t.env.pass.is_empty() || !t.env.set.is_empty()),
+        (
+            "limits",
+            l.memory.is_some()
+                || l.timeout.is_some()
+                || l.max_output.is_some()
+                || l.cpu.is_some()
+                || l.processes.is_some()
+                || l.open_files.is_some()
+                || l.file_size.is_some(),
+        ),
+    ];
+    for (key, set) in refused {
+        if set {
+            c.problem(
+                span.clone(),
+                format!(
+                    "tool {full}: `{key}` cannot be set per tool of a server: the server runs in one sandbox; \
+                     set it in [servers.{}] ({})",
+                    server.name, server.location
+                ),
+            );
+        }
+    }
+    let rules = compile_rules(c, &full, &t.rule);
+    if c.problems.len() > before {
+        return None;
+    }
+    let mut spec = server.tool_spec(tool);
+    spec.tier = t.tier.unwrap_or(server.tier);
+    spec.rules = rules;
+    spec.description = t.description.as_ref().map(|d| d.get_ref().clone());
+    spec.location = c.location(span);
+    Some(spec)
 }
 
 fn valid_tool_name(n: &str) -> bool {
@@ -252,6 +434,9 @@ fn compile_tool(
             );
             return None;
         }
+        (None, Some(plugin)) if plugins.get(plugin.get_ref()).is_some_and(|p| p.kind == PluginKind::Command) => {
+            Runner::Command(compile_command(c, name, plugin.get_ref(), t, ctx)?)
+        }
         (None, Some(plugin)) => {
             if !plugins.contains_key(plugin.get_ref()) {
                 let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
@@ -273,9 +458,27 @@ fn compile_tool(
                     c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
                 }
             }
+            if let Some(args) = &t.args {
+                c.problem(
+                    args.span(),
+                    format!(
+                        "tool {name}: `args` applies only to tools of a kind = \"command\" plugin; plugin {} \
+                         describes its own tools",
+                        plugin.get_ref()
+                    ),
+                );
+            }
             Runner::Plugin(plugin.get_ref().clone())
         }
-        (Some(exec), None) => Runner::Process(compile_exec(c, name, exec, t, ctx)?),
+        (Some(exec), None) => {
+            if let Some(args) = &t.args {
+                c.problem(
+                    args.span(),
+                    format!("tool {name}: `args` is for command components; put arguments in `exec`"),
+                );
+            }
+            Runner::Process(compile_exec(c, name, exec, t, ctx)?)
+        }
     };
     let process = matches!(runner, Runner::Process(_));
 
@@ -348,8 +551,24 @@ fn compile_tool(
         }
     }
 
+    let rules = compile_rules(c, name, &t.rule);
+
+    Some(ToolSpec {
+        name: name.to_string(),
+        runner,
+        description: t.description.as_ref().map(|d| d.get_ref().clone()),
+        tier: t.tier.unwrap_or(default_tier),
+        grants: Grants { paths, net, env_pass, env_set },
+        limits,
+        rules,
+        location: c.location(span),
+    })
+}
+
+/// Checks `[[tools.NAME.rule]]` entries.
+fn compile_rules(c: &mut Checker<'_>, name: &str, raw_rules: &[Spanned<RawRule>]) -> Vec<Rule> {
     let mut rules = Vec::new();
-    for r in &t.rule {
+    for r in raw_rules {
         let rspan = r.span();
         let raw = r.get_ref();
         if raw.when.is_empty() {
@@ -368,16 +587,7 @@ fn compile_tool(
         rules.push(Rule { when, tier: raw.tier, reason: raw.reason.clone(), location: c.location(rspan) });
     }
 
-    Some(ToolSpec {
-        name: name.to_string(),
-        runner,
-        description: t.description.as_ref().map(|d| d.get_ref().clone()),
-        tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set },
-        limits,
-        rules,
-        location: c.location(span),
-    })
+    rules
 }
 
 fn tool_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits, process: bool) -> Limits {
@@ -444,11 +654,70 @@ fn compile_exec(
             ),
         );
     }
+    let (argv, params) = compile_template(c, name, "exec", exec, ctx, true);
+    let cwd = match &t.cwd {
+        None => ctx.workspace.clone(),
+        Some(cwd) => match expand_path(c, name, cwd, ctx) {
+            Some(GrantPath::Fixed(p)) => p,
+            Some(GrantPath::Tmp(_)) => {
+                c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
+                return None;
+            }
+            None => return None,
+        },
+    };
+    let input_schema = compile_input_schema(c, name, t);
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(ExecSpec { argv, params, cwd, input_schema })
+}
+
+/// Checks the `args` template of a tool of a `kind = "command"` plugin.
+fn compile_command(c: &mut Checker<'_>, name: &str, plugin: &str, t: &RawTool, ctx: &Context) -> Option<CommandSpec> {
+    let before = c.problems.len();
+    let (args, params) = match &t.args {
+        Some(args) if args.get_ref().len() > MAX_ARGV => {
+            c.problem(args.span(), format!("tool {name}: args has more than {MAX_ARGV} elements"));
+            return None;
+        }
+        Some(args) => compile_template(c, name, "args", args, ctx, false),
+        None => (Vec::new(), Vec::new()),
+    };
+    if let Some(args) = &t.args
+        && args.get_ref().iter().any(|a| a.contains("{tmp}"))
+    {
+        c.problem(args.span(), format!("tool {name}: {{tmp}} is not available to components"));
+    }
+    if let Some(cwd) = &t.cwd {
+        c.problem(
+            cwd.span(),
+            format!("tool {name}: `cwd` applies only to process tools; a command component sees only its preopens"),
+        );
+    }
+    let input_schema = compile_input_schema(c, name, t);
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(CommandSpec { plugin: plugin.to_string(), args, params, input_schema })
+}
+
+/// Expands the placeholders of an argument template (`exec` or `args`): `{workspace}`,
+/// `{home}` and `{cache}` now, `{tmp}` per call, and `{name}` from the call's
+/// string argument `name`. Returns the template and its parameter names.
+fn compile_template(
+    c: &mut Checker<'_>,
+    name: &str,
+    key: &str,
+    template: &Spanned<Vec<String>>,
+    ctx: &Context,
+    program_first: bool,
+) -> (Vec<String>, Vec<String>) {
     let mut argv = Vec::new();
     let mut params: Vec<String> = Vec::new();
-    for (i, element) in argv_raw.iter().enumerate() {
+    for (i, element) in template.get_ref().iter().enumerate() {
         if element.contains('\0') {
-            c.problem(exec.span(), format!("tool {name}: exec[{i}] contains a NUL byte"));
+            c.problem(template.span(), format!("tool {name}: {key}[{i}] contains a NUL byte"));
             continue;
         }
         let mut out = String::new();
@@ -471,14 +740,15 @@ fn compile_exec(
                 "home" => out.push_str(&ctx.home.to_string_lossy()),
                 "cache" => out.push_str(&ctx.cache.to_string_lossy()),
                 "tmp" => out.push_str("{tmp}"),
-                "system" => {
-                    c.problem(exec.span(), format!("tool {name}: exec[{i}]: {{system}} is a grant, not an argument"))
-                }
+                "system" => c.problem(
+                    template.span(),
+                    format!("tool {name}: {key}[{i}]: {{system}} is a grant, not an argument"),
+                ),
                 param => {
-                    if i == 0 {
+                    if i == 0 && program_first {
                         c.problem(
-                            exec.span(),
-                            format!("tool {name}: the program (exec[0]) cannot come from an argument"),
+                            template.span(),
+                            format!("tool {name}: the program ({key}[0]) cannot come from an argument"),
                         );
                     }
                     if !params.iter().any(|p| p == param) {
@@ -494,41 +764,27 @@ fn compile_exec(
         out.push_str(rest);
         argv.push(out);
     }
-    let cwd = match &t.cwd {
-        None => ctx.workspace.clone(),
-        Some(cwd) => match expand_path(c, name, cwd, ctx) {
-            Some(GrantPath::Fixed(p)) => p,
-            Some(GrantPath::Tmp(_)) => {
-                c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
-                return None;
-            }
-            None => return None,
-        },
+    (argv, params)
+}
+
+/// `input_schema`: a JSON Schema object, written as a TOML table or as JSON text.
+fn compile_input_schema(c: &mut Checker<'_>, name: &str, t: &RawTool) -> Option<serde_json::Value> {
+    let v = t.input_schema.as_ref()?;
+    let json = match v.get_ref() {
+        toml::Value::String(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
+        other => serde_json::to_value(other).map_err(|e| e.to_string()),
     };
-    let input_schema = match &t.input_schema {
-        None => None,
-        Some(v) => {
-            let json = match v.get_ref() {
-                toml::Value::String(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
-                other => serde_json::to_value(other).map_err(|e| e.to_string()),
-            };
-            match json {
-                Ok(schema) if schema.is_object() => Some(schema),
-                Ok(_) => {
-                    c.problem(v.span(), format!("tool {name}: input_schema must be a JSON Schema object"));
-                    None
-                }
-                Err(e) => {
-                    c.problem(v.span(), format!("tool {name}: input_schema is not JSON: {e}"));
-                    None
-                }
-            }
+    match json {
+        Ok(schema) if schema.is_object() => Some(schema),
+        Ok(_) => {
+            c.problem(v.span(), format!("tool {name}: input_schema must be a JSON Schema object"));
+            None
         }
-    };
-    if c.problems.len() > before {
-        return None;
+        Err(e) => {
+            c.problem(v.span(), format!("tool {name}: input_schema is not JSON: {e}"));
+            None
+        }
     }
-    Some(ExecSpec { argv, params, cwd, input_schema })
 }
 
 /// Variables warden itself sets for components; a policy may not override them.

@@ -100,8 +100,53 @@ pub struct Policy {
     pub mode: SandboxMode,
     /// `[plugins.*]` by name.
     pub plugins: BTreeMap<String, PluginSpec>,
-    /// `[tools.*]` by name (sorted, as every listing is).
+    /// `[tools.*]` by name (sorted, as every listing is). Overrides of a server's
+    /// tools (`[tools."SERVER__TOOL"]`) are here too, with [`Runner::Server`].
     pub tools: BTreeMap<String, ToolSpec>,
+    /// `[servers.*]` by name: MCP servers run in the process sandbox, whose tools
+    /// are offered as `SERVER__TOOL`.
+    pub servers: BTreeMap<String, ServerSpec>,
+    /// `warden.lock` beside the policy file (`None` for the embedded default policy).
+    pub lock_path: Option<PathBuf>,
+}
+
+/// The lock file written beside a policy by `warden lock`.
+pub const LOCK_FILE: &str = "warden.lock";
+
+/// The separator between a server's name and its tool's name: `SERVER__TOOL`.
+pub const SERVER_TOOL_SEPARATOR: &str = "__";
+
+/// `[servers.NAME]`, checked: an MCP server started inside the process sandbox.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    /// Its name (the prefix of its tools' names).
+    pub name: String,
+    /// The command that starts it (no argument placeholders: it is started once, not per call).
+    pub exec: ExecSpec,
+    /// The tier of its tools unless `[tools."NAME__TOOL"]` says otherwise (default `ask`).
+    pub tier: Tier,
+    /// What its sandbox lets it reach, for as long as it runs.
+    pub grants: Grants,
+    /// `timeout` and `max_output` bound each call; the others bound the server process.
+    pub limits: Limits,
+    /// `file:line:column` of its table.
+    pub location: String,
+}
+
+impl ServerSpec {
+    /// The policy entry a tool of this server gets when no `[tools."NAME__TOOL"]` exists.
+    pub fn tool_spec(&self, tool: &str) -> ToolSpec {
+        ToolSpec {
+            name: format!("{}{SERVER_TOOL_SEPARATOR}{tool}", self.name),
+            runner: Runner::Server(ServerTool { server: self.name.clone(), tool: tool.to_string() }),
+            description: None,
+            tier: self.tier,
+            grants: self.grants.clone(),
+            limits: self.limits,
+            rules: Vec::new(),
+            location: self.location.clone(),
+        }
+    }
 }
 
 /// Where a plugin's component comes from.
@@ -113,6 +158,16 @@ pub enum PluginSource {
     File(PathBuf),
 }
 
+/// What kind of component a plugin is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PluginKind {
+    /// The `warden:plugin` world: it describes its tools and is called with JSON.
+    #[default]
+    Tool,
+    /// A plain `wasi:cli/command` program: each tool runs it with an `args` template.
+    Command,
+}
+
 /// `[plugins.NAME]`, checked.
 #[derive(Debug, Clone)]
 pub struct PluginSpec {
@@ -120,6 +175,8 @@ pub struct PluginSpec {
     pub name: String,
     /// Where the component is.
     pub source: PluginSource,
+    /// `kind = "tool"` (default) or `"command"`.
+    pub kind: PluginKind,
     /// The pinned sha256 (lowercase hex); required for files.
     pub sha256: Option<String>,
     /// `file:line:column` of the table, for messages.
@@ -217,8 +274,58 @@ pub struct Limits {
 pub enum Runner {
     /// A tool of a component plugin, by the plugin's policy name.
     Plugin(String),
+    /// A `kind = "command"` component run with an argument template.
+    Command(CommandSpec),
     /// A program run as a confined process.
     Process(ExecSpec),
+    /// A tool of a sandboxed MCP server.
+    Server(ServerTool),
+}
+
+/// A tool of a `[servers.NAME]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTool {
+    /// The server's policy name.
+    pub server: String,
+    /// The tool's name as the server knows it.
+    pub tool: String,
+}
+
+/// A tool of a `kind = "command"` plugin: `plugin` and `args = [...]`, checked.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// The plugin's policy name.
+    pub plugin: String,
+    /// The arguments after the program name: `{name}` is replaced by the string
+    /// argument `name` (each element stays one argument).
+    pub args: Vec<String>,
+    /// The argument names the template uses, in order of first use.
+    pub params: Vec<String>,
+    /// An explicit input schema, replacing the one made from `params`.
+    pub input_schema: Option<serde_json::Value>,
+}
+
+impl CommandSpec {
+    /// The input schema: the explicit one, or every parameter a required string.
+    pub fn schema(&self) -> serde_json::Value {
+        template_schema(&self.params, self.input_schema.as_ref())
+    }
+}
+
+/// The schema of a template's arguments: `explicit`, or every parameter a required string.
+fn template_schema(params: &[String], explicit: Option<&serde_json::Value>) -> serde_json::Value {
+    if let Some(s) = explicit {
+        return s.clone();
+    }
+    let props: serde_json::Map<String, serde_json::Value> =
+        params.iter().map(|p| (p.clone(), serde_json::json!({"type": "string", "maxLength": 131072}))).collect();
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": props,
+        "required": params,
+        "additionalProperties": false,
+    })
 }
 
 /// `exec = [...]` and its companions, checked.
@@ -238,22 +345,39 @@ pub struct ExecSpec {
 impl ExecSpec {
     /// The input schema: the explicit one, or every parameter a required string.
     pub fn schema(&self) -> serde_json::Value {
-        if let Some(s) = &self.input_schema {
-            return s.clone();
-        }
-        let props: serde_json::Map<String, serde_json::Value> = self
-            .params
-            .iter()
-            .map(|p| (p.clone(), serde_json::json!({"type": "string", "maxLength": 131072})))
-            .collect();
-        serde_json::json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "properties": props,
-            "required": self.params,
-            "additionalProperties": false,
-        })
+        template_schema(&self.params, self.input_schema.as_ref())
     }
+}
+
+/// Fills one template element in a single pass: each `{name}` for which `value`
+/// returns `Some` is replaced, everything else is kept as written. A value is
+/// never expanded again, so an argument that contains `{other}` stays literal.
+pub fn fill_template<E>(element: &str, mut value: impl FnMut(&str) -> Result<Option<String>, E>) -> Result<String, E> {
+    let mut out = String::with_capacity(element.len());
+    let mut rest = element;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let name = after.find('}').map(|close| &after[..close]);
+        match name {
+            Some(name) if !name.contains('{') => match value(name)? {
+                Some(v) => {
+                    out.push_str(&v);
+                    rest = &after[name.len() + 1..];
+                }
+                None => {
+                    out.push('{');
+                    rest = after;
+                }
+            },
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Whether `s` is a simple command: no `;` `&` `|` backtick `$(` `<` `>` newline or
@@ -416,7 +540,17 @@ impl ToolSpec {
     pub fn plugin(&self) -> Option<&str> {
         match &self.runner {
             Runner::Plugin(p) => Some(p),
-            Runner::Process(_) => None,
+            Runner::Command(c) => Some(&c.plugin),
+            Runner::Process(_) | Runner::Server(_) => None,
+        }
+    }
+
+    /// What runs it, in one word: `component`, `process` or `server`.
+    pub fn runtime(&self) -> &'static str {
+        match &self.runner {
+            Runner::Plugin(_) | Runner::Command(_) => "component",
+            Runner::Process(_) => "process",
+            Runner::Server(_) => "server",
         }
     }
 

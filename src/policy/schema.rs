@@ -25,6 +25,10 @@ pub(crate) struct RawPolicy {
     pub(crate) plugins: BTreeMap<String, Spanned<RawPlugin>>,
     #[serde(default)]
     pub(crate) tools: BTreeMap<Spanned<String>, Spanned<RawTool>>,
+    /// `[servers.NAME]`: the same keys as a process tool (`exec`, `cwd`, `tier`,
+    /// `fs`, `net`, `env`, `limits`); the others are refused by the compiler.
+    #[serde(default)]
+    pub(crate) servers: BTreeMap<Spanned<String>, Spanned<RawTool>>,
 }
 
 /// `[defaults]`
@@ -50,6 +54,8 @@ pub(crate) struct RawSandbox {
 pub(crate) struct RawPlugin {
     pub(crate) source: Spanned<String>,
     pub(crate) sha256: Option<Spanned<String>>,
+    /// `"tool"` (the warden:plugin world, the default) or `"command"` (wasi:cli/command).
+    pub(crate) kind: Option<Spanned<String>>,
 }
 
 /// `[tools.NAME]`
@@ -58,6 +64,8 @@ pub(crate) struct RawPlugin {
 pub(crate) struct RawTool {
     pub(crate) plugin: Option<Spanned<String>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
+    /// The argument template of a tool of a `kind = "command"` plugin.
+    pub(crate) args: Option<Spanned<Vec<String>>>,
     pub(crate) cwd: Option<Spanned<String>>,
     pub(crate) input_schema: Option<Spanned<toml::Value>>,
     pub(crate) description: Option<Spanned<String>>,

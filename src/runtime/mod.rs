@@ -6,6 +6,7 @@
 //! Nothing here decides whether a call may run; the executor did that already.
 
 pub mod process;
+pub mod server;
 pub mod wasm;
 
 use std::fs;

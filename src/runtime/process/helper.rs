@@ -4,7 +4,8 @@
 //! 0–2, moves the socket to [`REPORT_FD`] with close-on-exec, reads its
 //! [`SandboxSpec`] there and, in this order:
 //!
-//! 1. reopens stdin on `/dev/null` (the tool gets no input);
+//! 1. reopens stdin on `/dev/null` (the tool gets no input), or, for an MCP
+//!    server, on the host socket itself (its requests arrive there);
 //! 2. starts a new session and process group (the host kills the whole group);
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
 //! 4. joins the per-call pids cgroup (as root);
@@ -102,15 +103,24 @@ pub fn run_main() -> ! {
 }
 
 fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxSpec, String> {
-    let mut text = String::new();
-    channel.take(MAX_SPEC).read_to_string(&mut text).map_err(|e| format!("cannot read the spec: {e}"))?;
-    let spec: SandboxSpec = serde_json::from_str(&text).map_err(|e| format!("bad spec: {e}"))?;
+    // The spec's length, then exactly that much: nothing past it is read, since
+    // for a server the rest of the stream is the program's stdin.
+    let mut len = [0u8; 8];
+    channel.read_exact(&mut len).map_err(|e| format!("cannot read the spec's length: {e}"))?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_SPEC {
+        return Err(format!("the spec is {len} bytes, more than {MAX_SPEC}"));
+    }
+    let mut text = vec![0u8; len as usize];
+    channel.read_exact(&mut text).map_err(|e| format!("cannot read the spec: {e}"))?;
+    let spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
 
-    // 1. stdin from /dev/null.
+    // 1. stdin: /dev/null, or the host's socket (without close-on-exec) for a server.
     let null = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    let source = if spec.stdin_from_host { channel.as_raw_fd() } else { null.as_raw_fd() };
     // SAFETY: dup2 of a valid open descriptor onto 0; no memory is touched.
     #[allow(unsafe_code)]
-    if unsafe { libc::dup2(null.as_raw_fd(), 0) } < 0 {
+    if unsafe { libc::dup2(source, 0) } < 0 {
         return Err(format!("cannot reopen stdin: {}", std::io::Error::last_os_error()));
     }
     drop(null);

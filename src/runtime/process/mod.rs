@@ -69,11 +69,101 @@ impl HostSupport {
 }
 
 /// Runs process tools through the sandbox helper.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ProcessRuntime {
     helper: Option<PathBuf>,
     mode: SandboxMode,
     support: HostSupport,
+}
+
+/// A confined long-running program (an MCP server). Dropping it kills its whole
+/// process group and reaps it.
+pub struct ServerProcess {
+    child: std::process::Child,
+    pid: Pid,
+    /// The program's stdin (the helper socket), until taken.
+    channel: Option<std::os::unix::net::UnixStream>,
+    cgroup: Option<limits::PidsCgroup>,
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+}
+
+/// A started server and the sandbox the helper confirmed.
+pub struct StartedServer {
+    /// The process.
+    pub process: ServerProcess,
+    /// The layers in force.
+    pub sandbox: SandboxReport,
+}
+
+impl std::fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerProcess").field("pid", &self.pid).finish_non_exhaustive()
+    }
+}
+
+impl ServerProcess {
+    fn with_report(self, sandbox: SandboxReport) -> StartedServer {
+        StartedServer { process: self, sandbox }
+    }
+
+    /// Its pid (the process group's id too).
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    /// Takes the program's stdin, stdout and stderr.
+    pub fn take_stdio(
+        &mut self,
+    ) -> Option<(std::os::unix::net::UnixStream, std::process::ChildStdout, std::process::ChildStderr)> {
+        Some((self.channel.take()?, self.stdout.take()?, self.stderr.take()?))
+    }
+
+    /// Kills the whole process group and waits for the program: its exit status as text.
+    pub fn stop(&mut self) -> String {
+        let _ = killpg(self.pid, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
+        kill_group(self.pid);
+        self.cgroup = None;
+        status
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) || self.cgroup.is_some() {
+            self.stop();
+        }
+    }
+}
+
+/// Reads the helper's first report line from a socket that stays open.
+fn read_first_report(channel: &mut std::os::unix::net::UnixStream) -> HelperReport {
+    let _ = channel.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    // Byte by byte: what follows the line is not ours to consume.
+    while line.len() < MAX_REPORT as usize {
+        match channel.read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => break,
+            Ok(1) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    serde_json::from_slice(&line).unwrap_or_default()
+}
+
+/// A sandbox helper just started: the program is about to run.
+struct Spawned {
+    child: std::process::Child,
+    pid: Pid,
+    /// The host's end of the helper socket: reports come back on it (and, for a
+    /// server, the program's stdin goes out on it).
+    channel: std::os::unix::net::UnixStream,
+    /// The per-call pids cgroup (as root); removed when dropped.
+    cgroup: Option<limits::PidsCgroup>,
 }
 
 /// How a supervised process ended.
@@ -134,99 +224,10 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
         cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
-        self.check_support(tool)?;
-        let helper = self.helper.as_ref().ok_or_else(|| {
-            CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
-        })?;
         let argv = fill_argv(tool, exec, args, tmp)?;
         let limits = walls.limits;
-        let call_id = {
-            let mut b = [0u8; 6];
-            let _ = getrandom::fill(&mut b);
-            hex::encode(b)
-        };
-        let cgroup = if self.support.root { limits::PidsCgroup::create(&call_id, limits.processes) } else { None };
-        if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
-            return Err(CallError::new(
-                ErrorCode::SandboxUnavailable,
-                format!(
-                    "{tool}: warden runs as root, where RLIMIT_NPROC does not apply, and no pids cgroup could be \
-                     created to bound limits.processes; mount the pids controller or set mode = \"best-effort\""
-                ),
-            ));
-        }
-        let run_as = if self.support.root {
-            std::fs::metadata(&walls.workspace).ok().map(|m| (m.uid(), m.gid())).filter(|(u, _)| *u != 0)
-        } else {
-            None
-        };
-        // The call's {tmp} belongs to whoever the tool runs as.
-        if let (Some((uid, gid)), Some(t)) = (run_as, tmp) {
-            let under_tmp = walls.dirs.iter().map(|(p, _)| p.as_path()).filter(|p| p.starts_with(t));
-            for dir in std::iter::once(t).chain(under_tmp) {
-                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
-                    CallError::new(
-                        ErrorCode::Internal,
-                        format!("{tool}: cannot hand {} to uid {uid}: {e}", dir.display()),
-                    )
-                })?;
-            }
-        }
-        let processes = if self.support.root {
-            None
-        } else {
-            Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
-        };
-        let spec = SandboxSpec {
-            argv,
-            env: walls.env.clone(),
-            cwd: exec.cwd.clone(),
-            read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
-            write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
-            net_ports: if walls.net.is_empty() { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
-            limits: RlimitSpec {
-                cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
-                address_space: limits.memory,
-                processes,
-                open_files: u64::from(limits.open_files),
-                file_size: limits.file_size,
-            },
-            cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
-            run_as,
-            drop_caps: self.support.root,
-            require_landlock: self.mode == SandboxMode::Enforce,
-            require_seccomp: self.mode == SandboxMode::Enforce,
-            parent_pid: std::process::id(),
-        };
-        let spec_json = serde_json::to_vec(&spec)
-            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
-
         let started = Instant::now();
-        let internal =
-            |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
-        // The helper's stdin: the spec goes in, its reports come back (see `spec`).
-        let (mut channel, helper_end) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
-        let mut child = Command::new(helper)
-            .arg(helper::HELPER_ARG)
-            .env_clear()
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                CallError::new(
-                    ErrorCode::SandboxUnavailable,
-                    format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
-                )
-            })?;
-        let pid = Pid::from_raw(child.id() as i32);
-        {
-            use std::io::Write;
-            // A helper that died early shows up in its report, not here.
-            let _ = channel.write_all(&spec_json);
-            let _ = channel.shutdown(std::net::Shutdown::Write);
-        }
+        let Spawned { mut child, pid, mut channel, cgroup } = self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let overflow = Arc::new(AtomicBool::new(false));
         let reader = |stream: Option<Box<dyn Read + Send>>| {
@@ -355,6 +356,154 @@ impl ProcessRuntime {
         Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
     }
 
+    /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
+    /// its spec. With `stdin_from_host` the socket stays open after the spec and
+    /// becomes the program's stdin (a long-running MCP server); otherwise the
+    /// program's stdin is `/dev/null`.
+    fn spawn(
+        &self,
+        tool: &str,
+        argv: Vec<String>,
+        cwd: &std::path::Path,
+        walls: &Walls,
+        tmp: Option<&std::path::Path>,
+        stdin_from_host: bool,
+    ) -> Result<Spawned, CallError> {
+        self.check_support(tool)?;
+        let helper = self.helper.as_ref().ok_or_else(|| {
+            CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
+        })?;
+        let limits = walls.limits;
+        let call_id = {
+            let mut b = [0u8; 6];
+            let _ = getrandom::fill(&mut b);
+            hex::encode(b)
+        };
+        let cgroup = if self.support.root { limits::PidsCgroup::create(&call_id, limits.processes) } else { None };
+        if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
+            return Err(CallError::new(
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "{tool}: warden runs as root, where RLIMIT_NPROC does not apply, and no pids cgroup could be \
+                     created to bound limits.processes; mount the pids controller or set mode = \"best-effort\""
+                ),
+            ));
+        }
+        let run_as = if self.support.root {
+            std::fs::metadata(&walls.workspace).ok().map(|m| (m.uid(), m.gid())).filter(|(u, _)| *u != 0)
+        } else {
+            None
+        };
+        // The call's {tmp} belongs to whoever the tool runs as.
+        if let (Some((uid, gid)), Some(t)) = (run_as, tmp) {
+            let under_tmp = walls.dirs.iter().map(|(p, _)| p.as_path()).filter(|p| p.starts_with(t));
+            for dir in std::iter::once(t).chain(under_tmp) {
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                    CallError::new(
+                        ErrorCode::Internal,
+                        format!("{tool}: cannot hand {} to uid {uid}: {e}", dir.display()),
+                    )
+                })?;
+            }
+        }
+        let processes = if self.support.root {
+            None
+        } else {
+            Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
+        };
+        let spec = SandboxSpec {
+            argv,
+            env: walls.env.clone(),
+            cwd: cwd.to_path_buf(),
+            read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
+            write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
+            net_ports: if walls.net.is_empty() { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
+            limits: RlimitSpec {
+                cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
+                address_space: limits.memory,
+                processes,
+                open_files: u64::from(limits.open_files),
+                file_size: limits.file_size,
+            },
+            cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
+            run_as,
+            drop_caps: self.support.root,
+            require_landlock: self.mode == SandboxMode::Enforce,
+            require_seccomp: self.mode == SandboxMode::Enforce,
+            parent_pid: std::process::id(),
+            stdin_from_host,
+        };
+        let spec_json = serde_json::to_vec(&spec)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
+
+        let internal =
+            |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
+        // The helper's stdin: the spec goes in, its reports come back (see `spec`).
+        let (mut channel, helper_end) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
+        let child = Command::new(helper)
+            .arg(helper::HELPER_ARG)
+            .env_clear()
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                CallError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
+                )
+            })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        {
+            use std::io::Write;
+            // A helper that died early shows up in its report, not here.
+            let _ = channel.write_all(&(spec_json.len() as u64).to_le_bytes());
+            let _ = channel.write_all(&spec_json);
+            if !stdin_from_host {
+                let _ = channel.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        Ok(Spawned { child, pid, channel, cgroup })
+    }
+
+    /// Starts `exec` (no argument placeholders) as a long-running confined program
+    /// whose stdin, stdout and stderr belong to the host: an MCP server. Returns
+    /// once the helper reported the sandbox in force and exec'd the program.
+    pub fn start_server(
+        &self,
+        name: &str,
+        exec: &ExecSpec,
+        walls: &Walls,
+        tmp: Option<&std::path::Path>,
+    ) -> Result<StartedServer, CallError> {
+        let argv = fill_argv(name, exec, &Value::Null, tmp)?;
+        let Spawned { mut child, pid, mut channel, cgroup } = self.spawn(name, argv, &exec.cwd, walls, tmp, true)?;
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr };
+        // The first report line arrives before the exec; the socket stays open (it is the program's stdin).
+        let report = read_first_report(&mut channel);
+        if !report.ok {
+            let why = report.error.unwrap_or_else(|| "the sandbox helper stopped before reporting".into());
+            return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("server {name}: {why}")));
+        }
+        let _ = channel.set_read_timeout(None);
+        let mut confirmed = self.report(walls);
+        confirmed.runtime = "mcp-server";
+        confirmed.landlock_abi = Some(report.landlock_abi);
+        confirmed.seccomp = report.seccomp;
+        confirmed.rlimits = report.rlimits;
+        confirmed.uid = Some(report.uid);
+        confirmed.processes = Some(match (report.cgroup, self.support.root) {
+            (true, _) => "pids-cgroup",
+            (false, false) => "rlimit",
+            (false, true) => "none",
+        });
+        process.channel = Some(channel);
+        Ok(process.with_report(confirmed))
+    }
+
     /// What the process runtime enforces for these walls (before the helper confirms it).
     pub fn report(&self, walls: &Walls) -> SandboxReport {
         let enforce = self.mode == SandboxMode::Enforce;
@@ -390,26 +539,24 @@ fn fill_argv(
 ) -> Result<Vec<String>, CallError> {
     let mut out = Vec::with_capacity(exec.argv.len());
     for element in &exec.argv {
-        let mut s = element.clone();
-        for p in &exec.params {
-            let needle = format!("{{{p}}}");
-            if s.contains(&needle) {
-                let v = args.get(p).and_then(Value::as_str).ok_or_else(|| {
-                    CallError::new(ErrorCode::InvalidArgs, format!("{tool}: argument `{p}` must be a string"))
-                })?;
-                if v.contains('\0') {
-                    return Err(CallError::new(
-                        ErrorCode::InvalidArgs,
-                        format!("{tool}: argument `{p}` contains a NUL byte"),
-                    ));
-                }
-                s = s.replace(&needle, v);
+        out.push(crate::policy::fill_template(element, |p| {
+            if p == "tmp" {
+                return Ok(tmp.map(|t| t.to_string_lossy().into_owned()));
             }
-        }
-        if let Some(t) = tmp {
-            s = s.replace("{tmp}", &t.to_string_lossy());
-        }
-        out.push(s);
+            if !exec.params.iter().any(|x| x == p) {
+                return Ok(None);
+            }
+            let v = args.get(p).and_then(Value::as_str).ok_or_else(|| {
+                CallError::new(ErrorCode::InvalidArgs, format!("{tool}: argument `{p}` must be a string"))
+            })?;
+            if v.contains('\0') {
+                return Err(CallError::new(
+                    ErrorCode::InvalidArgs,
+                    format!("{tool}: argument `{p}` contains a NUL byte"),
+                ));
+            }
+            Ok(Some(v.to_string()))
+        })?);
     }
     Ok(out)
 }
@@ -568,6 +715,15 @@ mod tests {
         let argv = fill_argv("git_diff", &exec, &json!({"path": "; rm -rf / $(id)"}), None).unwrap_or_default();
         assert_eq!(argv, ["/usr/bin/git", "diff", "--", "; rm -rf / $(id)", "--x=; rm -rf / $(id)"]);
         assert!(fill_argv("git_diff", &exec, &json!({"path": "a\0b"}), None).is_err());
+        // A value that looks like a placeholder is never expanded again.
+        let exec = ExecSpec {
+            argv: vec!["/bin/echo".into(), "{a}-{b}-{tmp}".into()],
+            params: vec!["a".into(), "b".into()],
+            cwd: "/".into(),
+            input_schema: None,
+        };
+        let argv = fill_argv("echo", &exec, &json!({"a": "{b}{tmp}", "b": "x"}), Some(std::path::Path::new("/t")));
+        assert_eq!(argv.unwrap_or_default(), ["/bin/echo", "{b}{tmp}-x-/t"]);
     }
 
     #[test]

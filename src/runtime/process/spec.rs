@@ -1,7 +1,9 @@
 //! What the host and the sandbox helper say to each other.
 //!
 //! The helper's stdin is one end of a socket pair. The host writes the
-//! [`SandboxSpec`] as one JSON document and shuts its side down for writing;
+//! [`SandboxSpec`] as one JSON document after its length (8 bytes, little
+//! endian) and shuts its side down for writing (unless the socket is to become
+//! the program's stdin: [`SandboxSpec::stdin_from_host`]);
 //! the helper moves the socket to [`REPORT_FD`] with close-on-exec and answers
 //! with [`HelperReport`] lines. A successful `execve` closes the socket, so the
 //! program never holds it and cannot forge a report: stdout and stderr are the
@@ -41,6 +43,10 @@ pub struct SandboxSpec {
     /// The host's pid: the helper exits if its parent is not this process, and the
     /// tool may not signal it.
     pub parent_pid: u32,
+    /// The socket stays the program's stdin after the spec (a long-running MCP
+    /// server reads its requests there); otherwise stdin is `/dev/null`.
+    #[serde(default)]
+    pub stdin_from_host: bool,
 }
 
 /// The rlimits of one call.

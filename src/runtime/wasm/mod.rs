@@ -30,7 +30,7 @@ use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
 use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{MAX_COMPONENT_MEMORY, PluginSource, PluginSpec};
+use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
 mod bindings {
     wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit" });
@@ -38,6 +38,7 @@ mod bindings {
 
 use bindings::exports::warden::plugin::tool::ToolError;
 use bindings::{Plugin, PluginPre};
+use wasmtime_wasi::p2::bindings::sync::CommandPre;
 
 /// How often the epoch advances; deadlines are counted in ticks.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -84,9 +85,17 @@ pub struct LoadedPlugin {
     pub name: String,
     /// sha256 of the component bytes.
     pub sha256: String,
-    /// Its tools, from `describe()`.
+    /// Its tools, from `describe()` (none for a command: the policy defines those).
     pub tools: Vec<ToolDef>,
-    pre: PluginPre<HostState>,
+    pre: Pre,
+}
+
+/// A component ready to instantiate, by the world it fits.
+enum Pre {
+    /// `warden:plugin`.
+    Tool(PluginPre<HostState>),
+    /// `wasi:cli/command`.
+    Command(CommandPre<HostState>),
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -258,10 +267,29 @@ impl ComponentRuntime {
             .cache
             .load(&self.engine, &sha256, &bytes)
             .map_err(|e| fail(ErrorCode::ExecutionFailed, format!("not a valid component: {e:#}")))?;
-        let pre =
-            self.linker.instantiate_pre(&component).and_then(PluginPre::new).map_err(|e| {
-                fail(ErrorCode::ExecutionFailed, format!("does not fit the warden:plugin world: {e:#}"))
+        if spec.kind == PluginKind::Command {
+            let pre = self.linker.instantiate_pre(&component).and_then(CommandPre::new).map_err(|e| {
+                fail(
+                    ErrorCode::ExecutionFailed,
+                    format!(
+                        "is declared kind = \"command\" but is not a wasi:cli/command component warden can \
+                         link: {e:#}"
+                    ),
+                )
             })?;
+            let loaded =
+                Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools: Vec::new(), pre: Pre::Command(pre) });
+            self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
+            return Ok(loaded);
+        }
+        let pre = self.linker.instantiate_pre(&component).and_then(PluginPre::new).map_err(|e| {
+            let hint = if component.component_type().exports(&self.engine).any(|(n, _)| n.starts_with("wasi:cli/run")) {
+                " (it exports wasi:cli/run: a command program is declared with kind = \"command\")"
+            } else {
+                ""
+            };
+            fail(ErrorCode::ExecutionFailed, format!("does not fit the warden:plugin world: {e:#}{hint}"))
+        })?;
         let walls = Walls {
             dirs: Vec::new(),
             env: Vec::new(),
@@ -277,7 +305,7 @@ impl ComponentRuntime {
             },
             workspace: PathBuf::from("/"),
         };
-        let (mut store, _out, _err) = self.store(&walls, Cancel::new())?;
+        let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
         let tools = pre
             .instantiate(&mut store)
             .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
@@ -285,14 +313,20 @@ impl ComponentRuntime {
             .into_iter()
             .map(|t| ToolDef { name: t.name, description: t.description, input_schema: t.input_schema })
             .collect();
-        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre });
+        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre: Pre::Tool(pre) });
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
         Ok(loaded)
     }
 
     /// A fresh store confined to `walls`, with its stdout and stderr pipes; it
-    /// traps at the next epoch tick once `cancel` is switched on.
-    fn store(&self, walls: &Walls, cancel: Cancel) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
+    /// traps at the next epoch tick once `cancel` is switched on. `argv` is given
+    /// to command components (empty for tool plugins).
+    fn store(
+        &self,
+        walls: &Walls,
+        cancel: Cancel,
+        argv: &[String],
+    ) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
         let cap = usize::try_from(walls.limits.max_output).unwrap_or(usize::MAX);
         let (out, err) = (CappedPipe::new(cap), CappedPipe::new(cap));
         let mut b = WasiCtxBuilder::new();
@@ -310,6 +344,20 @@ impl ComponentRuntime {
                 )
             })?;
         }
+        // A command program resolves relative paths against a preopen named ".":
+        // the workspace, when it is granted.
+        if !argv.is_empty()
+            && let Some((dir, write)) = walls.dirs.iter().find(|(d, _)| *d == walls.workspace && d.is_dir())
+        {
+            let perms = if *write { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            b.preopened_dir(dir, ".", perms).map_err(|e| {
+                CallError::new(
+                    ErrorCode::SandboxUnavailable,
+                    format!("cannot open granted directory {}: {e:#}", dir.display()),
+                )
+            })?;
+        }
+        b.args(argv);
         let mut roots = String::new();
         for (dir, _) in walls.dirs.iter().filter(|(d, _)| d.is_dir()) {
             roots.push_str(&dir.to_string_lossy());
@@ -373,14 +421,43 @@ impl ComponentRuntime {
         walls: &Walls,
         cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(walls, cancel.clone())?;
+        let (store, out, err) = self.store(walls, cancel.clone(), &[])?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
+        self.on_call_thread(tool, walls, cancel, move || run_in_store(store, &plugin, &tool_name, &args, out, err))
+    }
+
+    /// Runs the command component `plugin` as tool `tool` with `argv` (the program
+    /// name first) inside `walls`: no stdin, stdout and stderr captured, the exit
+    /// code reported, like a process tool.
+    pub fn run_command(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        tool: &str,
+        argv: Vec<String>,
+        walls: &Walls,
+        cancel: &Cancel,
+    ) -> Result<RunOutput, CallError> {
+        let (store, out, err) = self.store(walls, cancel.clone(), &argv)?;
+        let plugin = plugin.clone();
+        let tool_name = tool.to_string();
+        self.on_call_thread(tool, walls, cancel, move || run_command_in_store(store, &plugin, &tool_name, out, err))
+    }
+
+    /// Runs `job` on its own thread and waits for it, within the timeout (plus a
+    /// grace period) and the cancel switch.
+    fn on_call_thread(
+        &self,
+        tool: &str,
+        walls: &Walls,
+        cancel: &Cancel,
+        job: impl FnOnce() -> Result<RunOutput, CallError> + Send + 'static,
+    ) -> Result<RunOutput, CallError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name(format!("warden-call-{tool}"))
             .spawn(move || {
-                let _ = tx.send(run_in_store(store, &plugin, &tool_name, &args, out, err));
+                let _ = tx.send(job());
             })
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start a call thread: {e}")))?;
         let started = Instant::now();
@@ -453,18 +530,18 @@ fn run_in_store(
     out: CappedPipe,
     err: CappedPipe,
 ) -> Result<RunOutput, CallError> {
+    let Pre::Tool(pre) = &plugin.pre else {
+        return Err(CallError::new(ErrorCode::Internal, format!("{tool}: plugin {} is a command", plugin.name)));
+    };
     let cpu0 = thread_cpu();
     let started = Instant::now();
-    let outcome = plugin
-        .pre
-        .instantiate(&mut store)
-        .and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut store, tool, args));
+    let outcome =
+        pre.instantiate(&mut store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut store, tool, args));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
     let (stdout, out_total) = out.contents();
     let (stderr, err_total) = err.contents();
     let streams_truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
-    let stderr_tail = tail(&stderr);
     let mut usage = Usage {
         cpu_ms: cpu.as_secs_f64() * 1000.0,
         max_rss_kb: (limiter.peak / 1024) as u64,
@@ -485,43 +562,94 @@ fn run_in_store(
             ToolError::PermissionDenied(m) => CallError::new(ErrorCode::PermissionDenied, format!("{tool}: {m}")),
             ToolError::Failed(m) => CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {m}")),
         }),
-        Err(e) => {
-            let trap = e.downcast_ref::<Trap>().copied();
-            let elapsed = started.elapsed();
-            Err(if e.downcast_ref::<CancelledByCaller>().is_some() {
-                CallError::new(
-                    ErrorCode::Cancelled,
-                    format!("{tool}: cancelled by the caller after {:.1}s", elapsed.as_secs_f64()),
-                )
-            } else if trap == Some(Trap::Interrupt) {
-                CallError::new(
-                    ErrorCode::Timeout,
-                    format!("{tool}: stopped after {:.1}s (limits.timeout)", elapsed.as_secs_f64()),
-                )
-            } else if limiter.refused {
-                CallError::new(
-                    ErrorCode::LimitExceeded,
-                    format!(
-                        "{tool}: memory limit of {} reached (limits.memory){stderr_tail}",
-                        crate::policy::units::format_size(limiter.memory as u64)
-                    ),
-                )
-            } else if trap == Some(Trap::StackOverflow) {
-                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: stack overflow"))
-            } else if trap == Some(Trap::MemoryOutOfBounds) {
-                CallError::new(
-                    ErrorCode::ExecutionFailed,
-                    format!(
-                        "{tool}: trapped: out of bounds memory access (the component's own stack lives in its \
-                         memory, so a deep recursion ends this way){stderr_tail}"
-                    ),
-                )
-            } else {
-                // The trap (or host error) without wasmtime's multi-line backtrace.
-                let what = trap.map_or_else(|| e.root_cause().to_string(), |t| t.to_string());
-                CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: {what}{stderr_tail}"))
-            })
-        }
+        Err(e) => Err(trap_error(tool, &e, limiter, started, &tail(&stderr))),
+    }
+}
+
+/// Runs a command component to its end: the exit code, stdout and stderr.
+fn run_command_in_store(
+    mut store: Store<HostState>,
+    plugin: &LoadedPlugin,
+    tool: &str,
+    out: CappedPipe,
+    err: CappedPipe,
+) -> Result<RunOutput, CallError> {
+    let Pre::Command(pre) = &plugin.pre else {
+        return Err(CallError::new(ErrorCode::Internal, format!("{tool}: plugin {} is not a command", plugin.name)));
+    };
+    let cpu0 = thread_cpu();
+    let started = Instant::now();
+    let outcome = pre.instantiate(&mut store).and_then(|c| c.wasi_cli_run().call_run(&mut store));
+    let cpu = thread_cpu().saturating_sub(cpu0);
+    let limiter = &store.data().limiter;
+    let (stdout, out_total) = out.contents();
+    let (stderr, err_total) = err.contents();
+    let truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+    let exit_code = match outcome {
+        Ok(Ok(())) => 0,
+        Ok(Err(())) => 1,
+        Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            Some(exit) => exit.0,
+            None => return Err(trap_error(tool, &e, limiter, started, &tail(&stderr))),
+        },
+    };
+    let usage = Usage {
+        cpu_ms: cpu.as_secs_f64() * 1000.0,
+        max_rss_kb: (limiter.peak / 1024) as u64,
+        output_bytes: out_total + err_total,
+        truncated,
+    };
+    let value = serde_json::json!({
+        "exit_code": exit_code,
+        "stdout": String::from_utf8_lossy(&stdout),
+        "stderr": String::from_utf8_lossy(&stderr),
+        "truncated": truncated,
+    });
+    Ok(RunOutput { value, usage, sandbox: None })
+}
+
+/// The error for a component that trapped (or was stopped) instead of returning.
+fn trap_error(
+    tool: &str,
+    e: &wasmtime::Error,
+    limiter: &MemoryLimiter,
+    started: Instant,
+    stderr_tail: &str,
+) -> CallError {
+    let trap = e.downcast_ref::<Trap>().copied();
+    let elapsed = started.elapsed();
+    if e.downcast_ref::<CancelledByCaller>().is_some() {
+        CallError::new(
+            ErrorCode::Cancelled,
+            format!("{tool}: cancelled by the caller after {:.1}s", elapsed.as_secs_f64()),
+        )
+    } else if trap == Some(Trap::Interrupt) {
+        CallError::new(
+            ErrorCode::Timeout,
+            format!("{tool}: stopped after {:.1}s (limits.timeout)", elapsed.as_secs_f64()),
+        )
+    } else if limiter.refused {
+        CallError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "{tool}: memory limit of {} reached (limits.memory){stderr_tail}",
+                crate::policy::units::format_size(limiter.memory as u64)
+            ),
+        )
+    } else if trap == Some(Trap::StackOverflow) {
+        CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: stack overflow"))
+    } else if trap == Some(Trap::MemoryOutOfBounds) {
+        CallError::new(
+            ErrorCode::ExecutionFailed,
+            format!(
+                "{tool}: trapped: out of bounds memory access (the component's own stack lives in its \
+                 memory, so a deep recursion ends this way){stderr_tail}"
+            ),
+        )
+    } else {
+        // The trap (or host error) without wasmtime's multi-line backtrace.
+        let what = trap.map_or_else(|| e.root_cause().to_string(), |t| t.to_string());
+        CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: trapped: {what}{stderr_tail}"))
     }
 }
 

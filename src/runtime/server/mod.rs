@@ -1,0 +1,371 @@
+//! Sandboxed MCP servers: `[servers.NAME]` entries, each a long-running program
+//! started inside the process sandbox (the same helper, Landlock, seccomp,
+//! rlimits and pids cgroup as a process tool, for as long as it runs) and spoken
+//! to with MCP over its stdin and stdout ([`client`]).
+//!
+//! A server is started when its tools are first needed, and its tools are listed
+//! once: those definitions are what the catalog offers (and what `warden.lock`
+//! pins). A server that exits or crashes is restarted by the next call, after a
+//! backoff that grows with consecutive short-lived runs (none before the first
+//! restart, then 250 ms doubling up to 30 s). A restarted server must list the
+//! same definitions as before; one that changed them is refused for the rest of
+//! the session.
+//!
+//! Servers are started from one long-lived thread: the parent-death signal that
+//! ties a sandboxed program to warden fires when the *thread* that spawned it
+//! exits, and call threads come and go.
+
+pub mod client;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use self::client::Connection;
+use super::process::ProcessRuntime;
+use super::wasm::ToolDef;
+use super::{CallTmp, Cancel, RunOutput, SandboxReport, Usage, Walls};
+use crate::error::{CallError, ErrorCode};
+use crate::policy::{SandboxMode, ServerSpec};
+
+/// How long a server has to start and answer `initialize` and `tools/list`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most tools warden takes from one server.
+pub const MAX_TOOLS: usize = 256;
+/// The most `tools/list` pages warden reads.
+const MAX_PAGES: usize = 32;
+/// A run shorter than this counts towards the restart backoff.
+const SHORT_RUN: Duration = Duration::from_secs(60);
+/// The longest wait between restarts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The MCP revision warden's client asks for.
+const PROTOCOL_VERSION: &str = "2025-06-18";
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The servers of one policy.
+pub struct ServerPool {
+    processes: ProcessRuntime,
+    workspace: PathBuf,
+    slots: Mutex<BTreeMap<String, Arc<Mutex<Slot>>>>,
+    spawner: Mutex<Sender<Job>>,
+}
+
+impl std::fmt::Debug for ServerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerPool").finish_non_exhaustive()
+    }
+}
+
+/// One server's state.
+#[derive(Default)]
+struct Slot {
+    live: Option<Live>,
+    /// The definitions of its first run: every later run must list the same.
+    tools: Option<Vec<ToolDef>>,
+    /// Consecutive short runs or failed starts.
+    failures: u32,
+    /// No start before this.
+    not_before: Option<Instant>,
+    /// Why the server is refused for the rest of the session.
+    poisoned: Option<String>,
+    /// Why the last start failed.
+    last_error: Option<String>,
+}
+
+/// A running server.
+struct Live {
+    conn: Arc<Connection>,
+    sandbox: SandboxReport,
+    _tmp: Option<CallTmp>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ServerPool {
+    /// A pool that starts servers through `helper` under `mode`, for `workspace`.
+    pub fn new(helper: Option<PathBuf>, mode: SandboxMode, workspace: PathBuf) -> ServerPool {
+        let (tx, rx) = channel::<Job>();
+        let _ = std::thread::Builder::new().name("warden-servers".into()).spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        });
+        ServerPool {
+            processes: ProcessRuntime::new(helper, mode),
+            workspace,
+            slots: Mutex::default(),
+            spawner: Mutex::new(tx),
+        }
+    }
+
+    fn slot(&self, name: &str) -> Arc<Mutex<Slot>> {
+        lock(&self.slots).entry(name.to_string()).or_default().clone()
+    }
+
+    /// The tools `spec` offers, starting it if needed.
+    pub fn definitions(&self, spec: &ServerSpec) -> Result<Vec<ToolDef>, CallError> {
+        let slot = self.slot(&spec.name);
+        let mut slot = lock(&slot);
+        self.ensure(spec, &mut slot, START_TIMEOUT)?;
+        Ok(slot.tools.clone().unwrap_or_default())
+    }
+
+    /// The sandbox the running server is confined by.
+    pub fn sandbox(&self, name: &str) -> Option<SandboxReport> {
+        let slot = self.slot(name);
+        let slot = lock(&slot);
+        slot.live.as_ref().map(|l| l.sandbox.clone())
+    }
+
+    /// The running server's process id (for tests and diagnostics).
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        let slot = self.slot(name);
+        let slot = lock(&slot);
+        slot.live.as_ref().filter(|l| l.conn.is_alive()).map(|l| l.conn.pid())
+    }
+
+    /// Calls `tool` of `spec` with `args`, within the server's `limits.timeout`.
+    pub fn call(
+        &self,
+        spec: &ServerSpec,
+        tool: &str,
+        args: &Value,
+        cancel: &Cancel,
+    ) -> Result<(RunOutput, SandboxReport), CallError> {
+        let (conn, sandbox) = {
+            let slot = self.slot(&spec.name);
+            let mut slot = lock(&slot);
+            self.ensure(spec, &mut slot, spec.limits.timeout)?;
+            let live = slot.live.as_ref().ok_or_else(|| {
+                CallError::new(ErrorCode::Internal, format!("server {}: not running after a start", spec.name))
+            })?;
+            (live.conn.clone(), live.sandbox.clone())
+        };
+        let result =
+            conn.request("tools/call", json!({"name": tool, "arguments": args}), spec.limits.timeout, cancel)?;
+        let output_bytes = result.to_string().len() as u64;
+        let usage = Usage { output_bytes, ..Usage::default() };
+        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+            let text = text_of(&result);
+            return Err(CallError::new(
+                ErrorCode::ExecutionFailed,
+                format!("{}__{tool}: the server reports an error: {text}", spec.name),
+            ));
+        }
+        let mut value = json!({"content": result.get("content").cloned().unwrap_or_else(|| json!([]))});
+        if let Some(s) = result.get("structuredContent") {
+            value["structuredContent"] = s.clone();
+        }
+        Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()) }, sandbox))
+    }
+
+    /// Makes sure the server runs: restarts it (after its backoff) when it ended.
+    fn ensure(&self, spec: &ServerSpec, slot: &mut Slot, patience: Duration) -> Result<(), CallError> {
+        if let Some(why) = &slot.poisoned {
+            return Err(CallError::new(ErrorCode::Denied, why.clone()));
+        }
+        if let Some(live) = &slot.live {
+            if live.conn.is_alive() {
+                return Ok(());
+            }
+            // It ended: count a short run towards the backoff.
+            let short = live.conn.started.elapsed() < SHORT_RUN;
+            slot.failures = if short { slot.failures + 1 } else { 1 };
+            slot.not_before = Some(Instant::now() + backoff(slot.failures));
+            tracing::warn!("{}", live.conn.ended().unwrap_or_else(|| format!("server {} ended", spec.name)));
+            slot.live = None;
+        }
+        if let Some(at) = slot.not_before {
+            let wait = at.saturating_duration_since(Instant::now());
+            if wait > patience.min(MAX_BACKOFF) {
+                return Err(CallError::new(
+                    ErrorCode::ExecutionFailed,
+                    format!(
+                        "server {} failed {} time(s) in a row{}; the next start is in {:.1}s",
+                        spec.name,
+                        slot.failures,
+                        slot.last_error.as_ref().map(|e| format!(" (last: {e})")).unwrap_or_default(),
+                        wait.as_secs_f64()
+                    ),
+                ));
+            }
+            std::thread::sleep(wait);
+        }
+        match self.start(spec) {
+            Ok((live, tools)) => {
+                if let Some(before) = &slot.tools
+                    && !same_definitions(before, &tools)
+                {
+                    let why = format!(
+                        "server {} listed different tool definitions after a restart than when it first started; \
+                         its tools are refused for the rest of this session (review them, then `warden lock`)",
+                        spec.name
+                    );
+                    slot.poisoned = Some(why.clone());
+                    return Err(CallError::new(ErrorCode::Denied, why));
+                }
+                slot.tools.get_or_insert(tools);
+                slot.live = Some(live);
+                slot.last_error = None;
+                Ok(())
+            }
+            Err(e) => {
+                slot.failures += 1;
+                slot.not_before = Some(Instant::now() + backoff(slot.failures.max(2)));
+                slot.last_error = Some(e.message.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the server on the spawner thread and lists its tools.
+    fn start(&self, spec: &ServerSpec) -> Result<(Live, Vec<ToolDef>), CallError> {
+        let (tx, rx) = channel();
+        let job_spec = spec.clone();
+        let workspace = self.workspace.clone();
+        let processes = self.processes.clone();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(start_on_this_thread(&processes, &job_spec, &workspace));
+        });
+        lock(&self.spawner)
+            .send(job)
+            .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))?;
+        let (process, sandbox, tmp) = rx
+            .recv()
+            .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
+        let conn = Arc::new(Connection::new(&spec.name, process)?);
+        let tools = handshake(&conn, &spec.name).inspect_err(|_| conn.stop())?;
+        Ok((Live { conn, sandbox, _tmp: tmp }, tools))
+    }
+}
+
+type Started = (crate::runtime::process::ServerProcess, SandboxReport, Option<CallTmp>);
+
+fn start_on_this_thread(
+    processes: &ProcessRuntime,
+    spec: &ServerSpec,
+    workspace: &std::path::Path,
+) -> Result<Started, CallError> {
+    let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace)?;
+    let started = processes.start_server(&spec.name, &spec.exec, &walls, tmp.as_ref().map(|t| t.path.as_path()))?;
+    Ok((started.process, started.sandbox, tmp))
+}
+
+/// `initialize`, `notifications/initialized`, then every page of `tools/list`.
+fn handshake(conn: &Connection, name: &str) -> Result<Vec<ToolDef>, CallError> {
+    let no_cancel = Cancel::new();
+    let deadline = Instant::now() + START_TIMEOUT;
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let init = conn
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "warden", "version": env!("CARGO_PKG_VERSION")},
+            }),
+            left(),
+            &no_cancel,
+        )
+        .map_err(|e| CallError::new(e.code, format!("{} (while starting: initialize)", e.message)))?;
+    if init.get("capabilities").and_then(|c| c.get("tools")).is_none() {
+        tracing::warn!("server {name} does not declare the tools capability; asking for its tools anyway");
+    }
+    conn.notify("notifications/initialized", json!({}))?;
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let page = conn
+            .request("tools/list", params, left(), &no_cancel)
+            .map_err(|e| CallError::new(e.code, format!("{} (while starting: tools/list)", e.message)))?;
+        for t in page.get("tools").and_then(Value::as_array).into_iter().flatten() {
+            let Some(tool_name) = t.get("name").and_then(Value::as_str) else { continue };
+            if !valid_tool_name(tool_name) {
+                tracing::warn!(
+                    "server {name}: tool {:?} has a name warden does not offer; skipped",
+                    shorten(tool_name)
+                );
+                continue;
+            }
+            if tools.len() >= MAX_TOOLS {
+                tracing::warn!("server {name} lists more than {MAX_TOOLS} tools; the rest are not offered");
+                break;
+            }
+            let schema = t.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            tools.push(ToolDef {
+                name: tool_name.to_string(),
+                description: t.get("description").and_then(Value::as_str).unwrap_or_default().to_string(),
+                input_schema: schema.to_string(),
+            });
+        }
+        cursor = page.get("nextCursor").and_then(Value::as_str).map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.dedup_by(|a, b| a.name == b.name);
+    Ok(tools)
+}
+
+/// Server tool names warden offers: 1-64 characters of a-z, A-Z, 0-9, `_` and `-`.
+fn valid_tool_name(n: &str) -> bool {
+    !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+fn same_definitions(a: &[ToolDef], b: &[ToolDef]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.name == y.name && x.description == y.description && x.input_schema == y.input_schema)
+}
+
+/// The wait before start number `failures` + 1: none for the first restart, then
+/// 250 ms doubling up to [`MAX_BACKOFF`].
+fn backoff(failures: u32) -> Duration {
+    if failures <= 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(250).saturating_mul(1 << (failures - 2).min(10)).min(MAX_BACKOFF)
+}
+
+/// The text of a tool result's content, for error messages.
+fn text_of(result: &Value) -> String {
+    let text: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("text").and_then(Value::as_str))
+        .collect();
+    let joined = text.join(" ");
+    if joined.is_empty() { "no message".into() } else { joined.chars().take(2048).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(1), Duration::ZERO);
+        assert_eq!(backoff(2), Duration::from_millis(250));
+        assert_eq!(backoff(3), Duration::from_millis(500));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+}
