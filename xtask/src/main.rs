@@ -1,4 +1,5 @@
-//! Project chores: `cargo xtask tour`.
+//! Project chores: `cargo xtask tour` and `cargo xtask plugin new|build|check`
+//! (see `plugin.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -8,11 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod plugin;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("tour") => tour(),
-        _ => Err("usage: cargo xtask tour".to_string()),
+        Some("plugin") => plugin::run(&args[1..]),
+        _ => Err(format!("usage: cargo xtask tour\n       {}", plugin::USAGE.trim_start_matches("usage: "))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
