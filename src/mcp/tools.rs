@@ -83,13 +83,34 @@ fn tool(entry: &Entry) -> Tool {
     Tool::new(spec.name.clone(), text, Arc::new(schema)).with_annotations(annotations)
 }
 
-/// The MCP result of a response: success is the tool's result as text plus the
-/// whole result document as `structuredContent`; everything else `isError`.
+/// The content blocks of a result shaped like a wrapped server's (`{"content": [...]}`,
+/// maybe with `structuredContent`), when they parse as MCP content.
+fn server_content(value: &Value) -> Option<Vec<ContentBlock>> {
+    let o = value.as_object()?;
+    if !o.keys().all(|k| k == "content" || k == "structuredContent") {
+        return None;
+    }
+    serde_json::from_value(o.get("content")?.clone()).ok()
+}
+
+/// The MCP result of a response: success is the tool's result as text (a
+/// wrapped server's own content blocks) plus the whole result document as
+/// `structuredContent`; everything else `isError`.
 pub fn result(response: &CallResponse) -> CallToolResult {
     let doc = response.to_json();
     let mut r = match response.status {
         Status::Success => {
             let value = response.result.clone().unwrap_or(Value::Null);
+            // A wrapped MCP server's content goes through as the server gave it
+            // (sanitised and bounded by the executor).
+            if let Some(mut blocks) = server_content(&value) {
+                if response.truncated {
+                    blocks.push(ContentBlock::text("[warden: the result was truncated at limits.max_output]"));
+                }
+                let mut r = CallToolResult::success(blocks);
+                r.structured_content = Some(doc);
+                return r;
+            }
             let mut text = match &value {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
