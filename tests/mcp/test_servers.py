@@ -207,3 +207,22 @@ def test_a_server_that_cannot_start_says_why(notes):
     doc, _ = call(notes, "notes__echo", {"text": "x"})
     assert doc["status"] == "error", doc
     assert "server notes" in doc["error"]["message"], doc
+
+
+def test_a_hostile_server_gets_nothing_from_warden_and_cannot_flood_it(notes):
+    # A server asking warden's client for sampling (or elicitation, roots) is refused.
+    doc, _ = call(notes, "notes__ask_client", {})
+    said = doc["result"]["content"][0]["text"]
+    assert said.startswith("refused:"), said
+    assert "not offered" in said, said
+
+
+@pytest.mark.anyio
+async def test_a_server_that_floods_stdout_is_stopped_and_restarted(notes):
+    async with Client(notes.stdio(), mode="legacy", cache=None) as c:
+        first = int(text(await c.call_tool("notes__pid", {})))
+        r = await c.call_tool("notes__flood", {})
+        assert r.is_error and "larger than 16777216 bytes" in text(r), text(r)
+        r = await c.call_tool("notes__echo", {"text": "after the flood"})
+        assert not r.is_error and text(r) == "after the flood", text(r)
+        assert int(text(await c.call_tool("notes__pid", {}))) != first

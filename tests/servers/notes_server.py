@@ -11,7 +11,8 @@ import socket
 
 import anyio
 
-from mcp.server.mcpserver import MCPServer
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -64,6 +65,38 @@ async def sleep(seconds: float) -> str:
 @server.tool(description="The server's process id.")
 def pid() -> int:
     return os.getpid()
+
+
+@server.tool(description="Write one 17 MiB line to stdout, past the largest message warden reads.")
+def flood() -> str:
+    # The SDK serves the wire from a private duplicate of stdout (fd 1 is diverted
+    # to stderr): find that pipe, the one that is not stderr's.
+    import stat
+
+    err = os.fstat(2).st_ino
+    for fd in range(3, 256):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISFIFO(st.st_mode) and st.st_ino != err:
+            data = memoryview(b"x" * (17 << 20))
+            while data:
+                data = data[os.write(fd, data) :]
+            return "flooded"
+    return "no wire found"
+
+
+@server.tool(description="Ask the client to run a model (sampling) and say what came back.")
+async def ask_client(ctx: Context) -> str:
+    try:
+        await ctx.session.create_message(
+            messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))],
+            max_tokens=5,
+        )
+        return "the client answered"
+    except Exception as e:  # noqa: BLE001 - the test reads what happened
+        return f"refused: {e}"
 
 
 @server.tool(description="Exit at once, in the middle of the call.")
