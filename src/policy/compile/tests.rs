@@ -187,3 +187,73 @@ fn warden_variables_cannot_be_overridden() {
     let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nenv.set = {{ WARDEN_ROOTS = \"/\" }}\n"));
     assert!(p.message.contains("reserved"), "{}", p.message);
 }
+
+const SERVER: &str =
+    "version = 1\n[servers.notes]\nexec = [\"/usr/bin/python3\", \"/srv/notes.py\"]\nfs.read = [\"{system}\"]\n";
+
+#[test]
+fn a_server_compiles_with_ask_by_default_and_a_long_cpu_limit() {
+    let p = load(SERVER).unwrap_or_else(|e| panic!("{e}"));
+    let s = &p.servers["notes"];
+    assert_eq!(s.tier, Tier::Ask);
+    assert_eq!(s.exec.argv, ["/usr/bin/python3", "/srv/notes.py"]);
+    assert_eq!(s.limits.cpu, std::time::Duration::from_secs(3600));
+    assert!(s.grants.paths.iter().any(|g| g.path == GrantPath::Fixed("/usr".into())));
+    assert_eq!(p.lock_path.as_deref(), Some(Path::new("/etc/warden/warden.lock")));
+    let t = s.tool_spec("echo");
+    assert_eq!(t.name, "notes__echo");
+    assert_eq!(t.runtime(), "server");
+}
+
+#[test]
+fn server_entries_refuse_what_does_not_apply() {
+    let p = first_problem(&format!("{SERVER}description = \"x\"\n"));
+    assert!(p.message.starts_with("server notes: `description` does not apply"), "{}", p.message);
+    let p = first_problem("version = 1\n[servers.notes]\nexec = [\"/bin/x\", \"{path}\"]\n");
+    assert!(p.message.contains("started once"), "{}", p.message);
+    let p = first_problem("version = 1\n[servers.Notes_1]\nexec = [\"/bin/x\"]\n");
+    assert!(p.message.contains("a-z, 0-9 and -"), "{}", p.message);
+    let p = first_problem("version = 1\n[servers.notes]\nfs.read = [\"/x\"]\n");
+    assert!(p.message.contains("needs `exec"), "{}", p.message);
+    let p = first_problem("version = 1\n[servers.notes]\nexec = [\"python3\"]\n");
+    assert!(p.message.starts_with("server notes: exec[0]"), "{}", p.message);
+}
+
+#[test]
+fn a_server_tool_override_sets_tier_and_rules_but_not_walls() {
+    let text = format!(
+        "{SERVER}[tools.notes__delete]\ntier = \"confirm\"\n[[tools.notes__delete.rule]]\nwhen = {{ id = '^tmp-' }}\ntier = \"auto\"\n"
+    );
+    let p = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let t = &p.tools["notes__delete"];
+    assert_eq!(t.tier, Tier::Confirm);
+    assert_eq!(t.rules.len(), 1);
+    assert!(matches!(&t.runner, Runner::Server(st) if st.server == "notes" && st.tool == "delete"));
+    let p = first_problem(&format!("{SERVER}[tools.notes__delete]\nfs.write = [\"/\"]\n"));
+    assert!(p.message.contains("`fs` cannot be set per tool of a server"), "{}", p.message);
+    // Not a declared server: an ordinary tool name, where `__` is reserved.
+    let p = first_problem("version = 1\n[tools.other__x]\nexec = [\"/bin/true\"]\n");
+    assert!(p.message.contains("reserved"), "{}", p.message);
+}
+
+#[test]
+fn command_plugins_take_args_and_tool_plugins_refuse_them() {
+    let head = "version = 1\n[plugins.rg]\nsource = \"rg.wasm\"\nsha256 = \"";
+    let sha = "a".repeat(64);
+    let text = format!(
+        "{head}{sha}\"\nkind = \"command\"\n[tools.search]\nplugin = \"rg\"\nargs = [\"-e\", \"{{pattern}}\", \"{{workspace}}\"]\n"
+    );
+    let p = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let Runner::Command(c) = &p.tools["search"].runner else { panic!("not a command tool") };
+    assert_eq!(c.args, ["-e", "{pattern}", "/ws"]);
+    assert_eq!(c.params, ["pattern"]);
+    assert_eq!(c.schema()["required"], serde_json::json!(["pattern"]));
+    let p = first_problem(&format!("{head}{sha}\"\nkind = \"cli\"\n"));
+    assert!(p.message.contains("unknown kind"), "{}", p.message);
+    let p = first_problem(&format!("{head}{sha}\"\n[tools.search]\nplugin = \"rg\"\nargs = [\"x\"]\n"));
+    assert!(p.message.contains("`args` applies only to tools of a kind = \"command\" plugin"), "{}", p.message);
+    let p = first_problem(&format!(
+        "{head}{sha}\"\nkind = \"command\"\n[tools.search]\nplugin = \"rg\"\nargs = [\"{{tmp}}\"]\n"
+    ));
+    assert!(p.message.contains("{tmp} is not available"), "{}", p.message);
+}
