@@ -172,6 +172,20 @@ fn a_third_party_cli_runs_as_a_command_component_inside_its_preopen() {
 }
 
 #[test]
+fn inspect_says_a_command_program_is_one() {
+    let rg = ripgrep_wasm();
+    let s = Scene::new("version = 1\n");
+    let out = s.warden(&["plugin", "inspect", "--json", rg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "command", "{doc}");
+    assert_eq!(doc["sha256"], sha256_file(&rg));
+    assert!(
+        doc["imports"].as_array().unwrap().iter().any(|i| i["name"].as_str().unwrap().starts_with("wasi:filesystem"))
+    );
+}
+
+#[test]
 fn a_command_component_is_refused_as_a_plugin_and_vice_versa() {
     let rg = ripgrep_wasm();
     let policy = format!(

@@ -394,6 +394,12 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
         sha256: Some(sha256.clone()),
         location: file.display().to_string(),
     };
+    let exports = runtime.exports(&bytes).unwrap_or_default();
+    let command = exports.iter().any(|e| e.starts_with("wasi:cli/run@"))
+        && !exports.iter().any(|e| e.starts_with("warden:plugin/tool@"));
+    if command {
+        return inspect_command(file, &sha256, bytes.len(), &imports, as_json);
+    }
     let tools = runtime.load(&spec).map(|p| p.tools.clone());
     let sanitize = crate::shape::sanitize_str;
     if as_json {
@@ -401,6 +407,7 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
             "file": file.display().to_string(),
             "sha256": sha256,
             "size": bytes.len(),
+            "kind": "tool",
             "imports": imports.iter().map(|i| json!({"name": i, "reach": reach(i)})).collect::<Vec<_>>(),
         });
         match &tools {
@@ -451,6 +458,36 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
     }
     let bad_schema = tools.as_ref().is_ok_and(|t| t.iter().any(|t| schema_error(&t.input_schema).is_some()));
     Ok(u8::from(tools.is_err() || bad_schema))
+}
+
+/// `plugin inspect` of a `wasi:cli/command` program: no tools of its own.
+fn inspect_command(file: &Path, sha256: &str, size: usize, imports: &[String], as_json: bool) -> Result<u8, Failure> {
+    let note = "a command program (wasi:cli/command): declare it with kind = \"command\" and give each tool \
+                an `args` template (docs/plugins.md)";
+    if as_json {
+        print_json(&json!({
+            "file": file.display().to_string(),
+            "sha256": sha256,
+            "size": size,
+            "kind": "command",
+            "imports": imports.iter().map(|i| json!({"name": i, "reach": reach(i)})).collect::<Vec<_>>(),
+            "tools": [],
+            "note": note,
+        }));
+        return Ok(0);
+    }
+    println!("file     {}", file.display());
+    println!("sha256   {sha256}");
+    println!("size     {size} bytes");
+    println!("kind     {note}");
+    println!("\nIMPORTS (what it could ask the host for)");
+    if imports.is_empty() {
+        println!("  none");
+    }
+    for i in imports {
+        println!("  {i:<40} {}", reach(i));
+    }
+    Ok(0)
 }
 
 /// Why a tool's input schema cannot be used (not JSON, not a JSON Schema 2020-12

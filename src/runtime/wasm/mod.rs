@@ -228,6 +228,18 @@ impl ComponentRuntime {
         Ok(names)
     }
 
+    /// The interfaces a component exports, sorted (`wasi:cli/run@…` marks a command program).
+    pub fn exports(&self, bytes: &[u8]) -> Result<Vec<String>, CallError> {
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let component = self.cache.load(&self.engine, &sha256, bytes).map_err(|e| {
+            CallError::new(ErrorCode::ExecutionFailed, format!("not a valid WebAssembly component: {e:#}"))
+        })?;
+        let mut names: Vec<String> =
+            component.component_type().exports(&self.engine).map(|(name, _)| name.to_string()).collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Loads (or returns the already loaded) plugin: reads it, checks its pin,
     /// compiles it (or takes it from the cache) and calls `describe()`.
     pub fn load(&self, spec: &PluginSpec) -> Result<Arc<LoadedPlugin>, CallError> {
