@@ -226,3 +226,12 @@ async def test_a_server_that_floods_stdout_is_stopped_and_restarted(notes):
         r = await c.call_tool("notes__echo", {"text": "after the flood"})
         assert not r.is_error and text(r) == "after the flood", text(r)
         assert int(text(await c.call_tool("notes__pid", {}))) != first
+
+
+def test_a_server_result_is_truncated_at_max_output_and_audited(notes):
+    notes.policy.write_text(notes.policy.read_text().replace('timeout = "8s"', 'timeout = "8s", max_output = "1KiB"'))
+    doc, _ = call(notes, "notes__echo", {"text": "y" * 5000})
+    assert doc["status"] == "success" and doc["truncated"] is True, doc
+    assert len(json.dumps(doc["result"])) <= 1024 + 64, len(json.dumps(doc["result"]))
+    rec = notes.records()[-1]
+    assert rec["usage"]["truncated"] is True and rec["usage"]["output_bytes"] > 5000, rec
