@@ -9,6 +9,7 @@
 pub mod args;
 mod exec;
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -290,12 +291,15 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
     };
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
     let mut new = Lock::new();
+    // What each definition says, to show what is being accepted.
+    let mut said: BTreeMap<String, String> = BTreeMap::new();
     for p in policy.plugins.values() {
         if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
             continue;
         }
         let loaded = runtime.load(p).map_err(|e| fail(1, format!("cannot lock: {}", e.message)))?;
         new.insert(Owner::Plugin(&p.name), &loaded.tools);
+        said.extend(loaded.tools.iter().map(|t| (format!("plugin {}: {}", p.name, t.name), t.description.clone())));
     }
     let servers = ServerPool::new(crate::runtime::process::default_helper(), policy.mode, policy.workspace.clone());
     for s in policy.servers.values() {
@@ -303,6 +307,7 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
             fail(1, format!("cannot lock: server {}: {}", s.name, crate::shape::sanitize_str(&e.message)))
         })?;
         new.insert(Owner::Server(&s.name), &defs);
+        said.extend(defs.iter().map(|t| (format!("server {}: {}", s.name, t.name), t.description.clone())));
     }
     let old = match Pins::load(Some(&path)) {
         Pins::Loaded(_, lock) => Some(lock),
@@ -316,6 +321,11 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
     for (what, list) in [("new", &added), ("CHANGED", &changed), ("removed", &removed)] {
         for t in list {
             println!("{what:<8} {}", crate::shape::sanitize_str(t));
+            if let Some(d) = said.get(t) {
+                let shown: String = crate::shape::sanitize_str(d).chars().take(400).collect();
+                let more = if d.chars().count() > 400 { "…" } else { "" };
+                println!("         description: {shown:?}{more}");
+            }
         }
     }
     let tools: usize = new.plugins.values().chain(new.servers.values()).map(|t| t.len()).sum();

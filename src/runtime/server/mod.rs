@@ -241,7 +241,22 @@ impl ServerPool {
             .recv()
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
         let conn = Arc::new(Connection::new(&spec.name, process)?);
-        let tools = handshake(&conn, &spec.name).inspect_err(|_| conn.stop())?;
+        let tools = handshake(&conn, &spec.name).map_err(|e| {
+            conn.stop();
+            let ended = conn.ended().unwrap_or_default();
+            if ended.contains("exit status: 127") {
+                CallError::new(
+                    e.code,
+                    format!(
+                        "{} (exit 127: the program could not be executed; are it, its interpreter and the \
+                         libraries it loads in fs.read?)",
+                        e.message
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
         Ok((Live { conn, sandbox, _tmp: tmp }, tools))
     }
 }
