@@ -342,18 +342,7 @@ impl ProcessRuntime {
         if self.mode == SandboxMode::BestEffort {
             value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup});
         }
-        let mut confirmed = self.report(walls);
-        confirmed.landlock_abi = Some(report.landlock_abi);
-        confirmed.seccomp = report.seccomp;
-        confirmed.rlimits = report.rlimits;
-        confirmed.uid = Some(report.uid);
-        // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
-        confirmed.processes = Some(match (report.cgroup, self.support.root) {
-            (true, _) => "pids-cgroup",
-            (false, false) => "rlimit",
-            (false, true) => "none",
-        });
-        Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
+        Ok(RunOutput { value, usage, sandbox: Some(self.confirmed(walls, &report)) })
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
@@ -489,19 +478,26 @@ impl ProcessRuntime {
             return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("server {name}: {why}")));
         }
         let _ = channel.set_read_timeout(None);
-        let mut confirmed = self.report(walls);
+        let mut confirmed = self.confirmed(walls, &report);
         confirmed.runtime = "mcp-server";
+        process.channel = Some(channel);
+        Ok(process.with_report(confirmed))
+    }
+
+    /// The sandbox as the helper's `report` confirmed it.
+    fn confirmed(&self, walls: &Walls, report: &HelperReport) -> SandboxReport {
+        let mut confirmed = self.report(walls);
         confirmed.landlock_abi = Some(report.landlock_abi);
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
         confirmed.uid = Some(report.uid);
+        // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
         confirmed.processes = Some(match (report.cgroup, self.support.root) {
             (true, _) => "pids-cgroup",
             (false, false) => "rlimit",
             (false, true) => "none",
         });
-        process.channel = Some(channel);
-        Ok(process.with_report(confirmed))
+        confirmed
     }
 
     /// What the process runtime enforces for these walls (before the helper confirms it).
