@@ -261,8 +261,11 @@ impl ServerPool {
     }
 }
 
+/// A server process, the sandbox it runs in, and its `{tmp}` (removed with it).
 type Started = (crate::runtime::process::ServerProcess, SandboxReport, Option<CallTmp>);
 
+/// Spawns the server's confined process from the calling thread (the spawner:
+/// see the module docs for why).
 fn start_on_this_thread(
     processes: &ProcessRuntime,
     spec: &ServerSpec,
