@@ -13,11 +13,15 @@ use warden::policy::Context;
 use warden::{Executor, Policy, Status, ToolCall};
 
 fn executor(root: &Path) -> (Executor, std::path::PathBuf, std::path::PathBuf) {
+    executor_logging_to(root, &root.join("audit.jsonl"))
+}
+
+fn executor_logging_to(root: &Path, log: &Path) -> (Executor, std::path::PathBuf, std::path::PathBuf) {
+    let log = log.to_path_buf();
     let ws = root.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
     let ctx = Context { workspace: ws.clone(), home: root.into(), cache: root.into() };
-    let log = root.join("audit.jsonl");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
     let exec = Executor::new(
         Policy::embedded_default(&ctx).unwrap(),
@@ -60,4 +64,51 @@ fn a_replaced_log_stops_the_call_and_is_not_written_to() {
     assert!(r.error.unwrap().message.contains("replaced"));
     assert!(!ws.join("after.txt").exists());
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "a record went into the replacement file");
+}
+
+/// Unmounts a test file system when the test ends, however it ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full disk: the log's file system (a 2 MiB tmpfs) is filled until less than
+/// the 1 MiB a record may need is free. The call does not run; once space is
+/// back, calls run again. Mounting needs root, as CI runs.
+#[test]
+fn a_full_disk_stops_the_call_before_it_runs() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let status =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"]).arg(&small).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
+    let _mounted = Mounted(small.clone());
+    let (exec, ws, log) = executor_logging_to(dir.path(), &small.join("audit.jsonl"));
+    assert_eq!(write(&exec, "before.txt").status, Status::Success);
+
+    let fs = nix::sys::statvfs::statvfs(&small).unwrap();
+    let free = fs.blocks_available() * fs.fragment_size();
+    let filler = small.join("filler");
+    std::fs::write(&filler, vec![0u8; (free - (256 << 10)) as usize]).unwrap();
+    let r = write(&exec, "after.txt");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    let e = r.error.unwrap();
+    assert_eq!(e.code.as_str(), "INTERNAL");
+    assert!(e.message.contains("nothing ran") && e.message.contains("bytes free"), "{}", e.message);
+    assert!(!ws.join("after.txt").exists(), "the tool ran without a record");
+
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(write(&exec, "again.txt").status, Status::Success);
+    assert!(ws.join("again.txt").exists());
+    // The records that were written verify.
+    let v = warden::audit::verify(&log).unwrap();
+    assert!(v.problem.is_none(), "{:?}", v.problem);
 }
