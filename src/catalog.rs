@@ -249,7 +249,7 @@ fn find<'d>(defs: &'d [ToolDef], name: &str, owner: impl Fn() -> String) -> Resu
         let offered: Vec<&str> = defs.iter().map(|t| t.name.as_str()).collect();
         CallError::new(
             ErrorCode::NotFound,
-            format!("{} offers no tool named {name:?} (it offers: {})", owner(), offered.join(", ")),
+            format!("{} offers no tool of that name, {name:?} (it offers: {})", owner(), offered.join(", ")),
         )
     })
 }
