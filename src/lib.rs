@@ -33,6 +33,8 @@ pub mod checkup;
 pub mod cli;
 pub mod error;
 pub mod executor;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lock;
 pub mod mcp;
 pub mod policy;

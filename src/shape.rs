@@ -123,8 +123,15 @@ fn shrink_object(mut o: Map<String, Value>, max: usize) -> Value {
     if text.len() <= max {
         return v;
     }
-    let kept = prefix(&text, max.saturating_sub(96));
-    json!({"truncated_json": kept, "original_bytes": text.len()})
+    // Escaping can grow the kept text (quotes, backslashes): budget and re-check, as for strings.
+    let mut budget = max.saturating_sub(96);
+    loop {
+        let out = json!({"truncated_json": prefix(&text, budget), "original_bytes": text.len()});
+        if size(&out) <= max || budget == 0 {
+            return out;
+        }
+        budget = budget.saturating_sub((size(&out) - max).max(16));
+    }
 }
 
 #[cfg(test)]
@@ -172,6 +179,14 @@ mod tests {
         assert!(cut);
         assert!(v.get("truncated_json").is_some());
         assert!(size(&v) <= 300);
+    }
+
+    #[test]
+    fn a_wrapped_object_fits_even_when_escaping_doubles_its_text() {
+        let o: Map<String, Value> = (0..500).map(|i| (format!("k\"{i}"), json!("\"\\\""))).collect();
+        let (v, cut) = truncate(Value::Object(o), 300);
+        assert!(cut);
+        assert!(size(&v) <= 300, "{} bytes", size(&v));
     }
 
     #[test]

@@ -68,13 +68,15 @@ fn result_message(p: &Parsed, doc: &Value, ok: bool) -> Value {
     }
 }
 
-/// Runs the call(s) in `doc`; returns the output document and the exit code.
-pub(super) fn run(executor: &Executor, doc: &Value) -> Result<(Value, u8), String> {
-    enum Wrap {
-        One,
-        Array,
-        AnthropicMessage,
-    }
+/// How the results are wrapped: as the input was.
+enum Wrap {
+    One,
+    Array,
+    AnthropicMessage,
+}
+
+/// The tool calls in `doc`, in order, and how to wrap their results.
+fn parse(doc: &Value) -> Result<(Vec<Parsed>, Wrap), String> {
     let (items, wrap): (Vec<&Value>, Wrap) = if let Some(calls) = doc.get("tool_calls").and_then(Value::as_array) {
         (calls.iter().collect(), Wrap::Array)
     } else if let (Some("assistant"), Some(blocks)) =
@@ -100,6 +102,17 @@ pub(super) fn run(executor: &Executor, doc: &Value) -> Result<(Value, u8), Strin
     if parsed.len() > MAX_CALLS {
         return Err(format!("{} calls in one exec; at most {MAX_CALLS}", parsed.len()));
     }
+    Ok((parsed, wrap))
+}
+
+/// The tool calls `doc` holds, without running them (for the fuzzer).
+pub(crate) fn calls_in(doc: &Value) -> Result<Vec<ToolCall>, String> {
+    parse(doc).map(|(parsed, _)| parsed.into_iter().map(|p| p.call).collect())
+}
+
+/// Runs the call(s) in `doc`; returns the output document and the exit code.
+pub(super) fn run(executor: &Executor, doc: &Value) -> Result<(Value, u8), String> {
+    let (parsed, wrap) = parse(doc)?;
     let responses: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = parsed.iter().map(|p| s.spawn(|| executor.call(p.call.clone()))).collect();
         handles.into_iter().map(|h| h.join()).collect()

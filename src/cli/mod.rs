@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
-mod exec;
+pub(crate) mod exec;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};

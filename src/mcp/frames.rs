@@ -42,6 +42,14 @@ fn error(id: Value, code: i64, message: String) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
+/// Whether `line` passes the gate; otherwise the error frame it is answered with (for the fuzzer).
+pub(crate) fn check_line(line: &[u8]) -> Result<(), Value> {
+    match classify(line) {
+        Line::Frame | Line::Blank => Ok(()),
+        Line::Refused(answer) => Err(answer),
+    }
+}
+
 fn classify(line: &[u8]) -> Line {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Line::Blank;
