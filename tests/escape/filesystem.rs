@@ -1,0 +1,831 @@
+//! Filesystem escapes: absolute paths, `..`, symbolic links (also one swapped
+//! during the call), hard links, `/proc/self/root`, `/proc/<warden>/…`,
+//! descriptors, device files, and writes through a read-only grant.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::json;
+
+use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool, brief, code, mode, set_mode, text};
+use crate::{Case, Observed, Scene};
+
+const CLASS: &str = "filesystem";
+
+fn c(
+    id: &'static str,
+    runtime: &'static str,
+    attempt: &'static str,
+    expected: &'static str,
+    run: fn(&Scene) -> Observed,
+) -> Case {
+    Case { id, class: CLASS, runtime, attempt, expected, heavy: false, run }
+}
+
+/// A process attempt refused with `Permission denied` (at least `n` times), the secret never shown.
+fn refused(s: &Scene, r: &crate::scene::Run, n: usize) -> Observed {
+    let denials = r.err().matches("Permission denied").count();
+    Observed::new(r.success() && denials >= n && !s.leaks(&r.all()), r.brief())
+}
+
+/// A component attempt that failed (with `want` when given), the secret never shown.
+fn failed(s: &Scene, r: &warden::CallResponse, want: Option<&str>) -> Observed {
+    let ok = r.error.is_some() && want.is_none_or(|w| code(r) == w) && !s.leaks(&text(r));
+    Observed::new(ok, brief(r))
+}
+
+fn read_kit(s: &Scene, id: &str) -> crate::scene::Kit {
+    s.kit(id, "[tools.read]\nplugin = \"kit\"\nfs.read = [\"{workspace}\"]\n")
+}
+
+fn read_file_kit(s: &Scene, id: &str) -> crate::scene::Kit {
+    s.kit(id, "[tools.read_file]\nplugin = \"fs\"\nfs.read = [\"{workspace}\"]\n")
+}
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        c(
+            "fs-absolute-path/process",
+            "process",
+            "cat a secret planted outside the workspace, by its absolute path",
+            "cat: Permission denied (Landlock); the secret never appears",
+            |s| {
+                let ws = s.ws("abs");
+                let r = s.shell(&ws, SHELL, &format!("cat {}", s.secret_file.display()));
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-absolute-path/component",
+            "component",
+            "testkit `read` of the planted secret by its absolute path (workspace granted)",
+            "PERMISSION_DENIED: not under any preopen; the secret never appears",
+            |s| {
+                let k = read_kit(s, "abs-c");
+                failed(s, &k.call("read", json!({"path": s.secret_file})), Some("PERMISSION_DENIED"))
+            },
+        ),
+        c(
+            "fs-absolute-path/builtin",
+            "component",
+            "builtin read_file of the planted secret by its absolute path",
+            "INVALID_PATH before anything runs",
+            |s| {
+                let k = read_file_kit(s, "abs-b");
+                failed(s, &k.call("read_file", json!({"path": s.secret_file})), Some("INVALID_PATH"))
+            },
+        ),
+        c(
+            "fs-etc-shadow/process",
+            "process",
+            "cat /etc/shadow (as root in CI: uid 0 without capabilities)",
+            "cat: Permission denied; no line of /etc/shadow appears",
+            |s| {
+                if !Path::new("/etc/shadow").exists() {
+                    return Observed::skipped("/etc/shadow does not exist on this host");
+                }
+                let ws = s.ws("shadow");
+                let r = s.shell(&ws, SHELL, "cat /etc/shadow; head -c 64 /etc/gshadow");
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-dotdot/process",
+            "process",
+            "cat ../../outside/secret.txt and a long ../../../.. chain to it",
+            "Permission denied twice; the secret never appears",
+            |s| {
+                let ws = s.ws("dotdot");
+                let deep = format!("../../../../../../../../../..{}", s.secret_file.display());
+                let r = s.shell(&ws, SHELL, &format!("cat ../../outside/secret.txt; cat {deep}"));
+                refused(s, &r, 2)
+            },
+        ),
+        c(
+            "fs-dotdot/component",
+            "component",
+            "testkit `read` of WORKSPACE/../../outside/secret.txt",
+            "PERMISSION_DENIED: `..` cannot climb out of a preopen",
+            |s| {
+                let k = read_kit(s, "dotdot-c");
+                let path = format!("{}/../../outside/secret.txt", k.ws.display());
+                failed(s, &k.call("read", json!({ "path": path })), Some("PERMISSION_DENIED"))
+            },
+        ),
+        c(
+            "fs-dotdot/builtin",
+            "component",
+            "builtin read_file of ../../outside/secret.txt",
+            "INVALID_PATH (lexical check against the grants) before anything runs",
+            |s| {
+                let k = read_file_kit(s, "dotdot-b");
+                failed(s, &k.call("read_file", json!({"path": "../../outside/secret.txt"})), Some("INVALID_PATH"))
+            },
+        ),
+        c(
+            "fs-symlink/process",
+            "process",
+            "cat a symbolic link, planted in the workspace, to the secret",
+            "Permission denied (Landlock checks the resolved path)",
+            |s| {
+                let ws = s.ws("symlink");
+                symlink(&s.secret_file, ws.join("link")).unwrap();
+                let r = s.shell(&ws, SHELL, "cat link");
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-symlink-dir/process",
+            "process",
+            "list and read through a planted link to the whole outside directory",
+            "Permission denied for the listing and the read",
+            |s| {
+                let ws = s.ws("symlink-dir");
+                symlink(&s.outside, ws.join("dirlink")).unwrap();
+                let r = s.shell(&ws, SHELL, "ls dirlink/; cat dirlink/secret.txt");
+                refused(s, &r, 2)
+            },
+        ),
+        c(
+            "fs-symlink-made/process",
+            "process",
+            "the tool makes its own link to the secret (ln -s), then reads it",
+            "the link may be made inside the workspace, the read through it is Permission denied",
+            |s| {
+                let ws = s.ws("symlink-made");
+                let r = s.shell(&ws, SHELL, &format!("ln -s {} made; cat made", s.secret_file.display()));
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-symlink/component",
+            "component",
+            "testkit `read` of a planted link to the secret",
+            "PERMISSION_DENIED: the link leads out of the preopen",
+            |s| {
+                let k = read_kit(s, "symlink-c");
+                symlink(&s.secret_file, k.ws.join("link")).unwrap();
+                failed(s, &k.call("read", json!({"path": k.ws.join("link")})), Some("PERMISSION_DENIED"))
+            },
+        ),
+        c(
+            "fs-symlink/builtin",
+            "component",
+            "builtin read_file of a planted link to the secret",
+            "an error (the path is inside, its target is not reachable); the secret never appears",
+            |s| {
+                let k = read_file_kit(s, "symlink-b");
+                symlink(&s.secret_file, k.ws.join("link")).unwrap();
+                failed(s, &k.call("read_file", json!({"path": "link"})), None)
+            },
+        ),
+        c(
+            "fs-symlink-swap/process",
+            "process",
+            "300 reads of a link that a host thread keeps flipping between a granted file, the secret and /etc/shadow",
+            "every read gives the granted file or Permission denied, never the secret (no check-then-use race)",
+            symlink_swap_process,
+        ),
+        c(
+            "fs-symlink-swap/component",
+            "component",
+            "150 testkit `read` calls of a link flipped between a granted file, the secret and /etc/shadow",
+            "each call gives the granted file or PERMISSION_DENIED, never the secret",
+            |s| {
+                let k = read_kit(s, "swap-c");
+                let path = k.ws.join("swap");
+                swap_calls(s, &k.ws, || k.call("read", json!({ "path": path })))
+            },
+        ),
+        c(
+            "fs-symlink-swap/builtin",
+            "component",
+            "150 builtin read_file calls of a link flipped between a granted file, the secret and /etc/shadow",
+            "each call gives the granted file or an error, never the secret (the path check is lexical, the open is confined)",
+            |s| {
+                let k = read_file_kit(s, "swap-b");
+                swap_calls(s, &k.ws, || k.call("read_file", json!({"path": "swap"})))
+            },
+        ),
+        c(
+            "fs-hardlink-made/process",
+            "process",
+            "ln SECRET hard (a hard link from inside the workspace to the secret), then cat hard",
+            "ln refused by Landlock (EXDEV: a link may not make a file reachable under other rights); no link is created",
+            |s| {
+                let ws = s.ws("hardlink");
+                let r = s.shell(&ws, SHELL, &format!("ln {} hard; cat hard", s.secret_file.display()));
+                let created = ws.join("hard").exists();
+                let said = r.err().contains("Invalid cross-device link") || r.err().contains("Permission denied");
+                Observed::new(
+                    r.success() && said && !created && !s.leaks(&r.all()),
+                    format!("{}; link created: {created}", r.brief()),
+                )
+            },
+        ),
+        c(
+            "fs-hardlink-planted/process",
+            "process",
+            "cat a hard link that the host made inside the workspace, before the call, to a file outside",
+            "documented limit: the link reaches its target (Landlock checks the path, not the inode)",
+            |s| hardlink_planted(s, false),
+        ),
+        c(
+            "fs-hardlink-planted/component",
+            "component",
+            "testkit `read` of a hard link made inside the workspace, before the call, to a file outside",
+            "documented limit: the link reaches its target (WASI checks the path, not the inode)",
+            |s| hardlink_planted(s, true),
+        ),
+        c(
+            "fs-proc-self-root/process",
+            "process",
+            "cat /proc/self/root/SECRET with /proc granted",
+            "Permission denied: the magic link is resolved before Landlock checks",
+            |s| {
+                let ws = s.ws("proc-root");
+                let r = s.shell(&ws, SHELL_PROC, &format!("cat /proc/self/root{}", s.secret_file.display()));
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-proc-self-root/component",
+            "component",
+            "testkit `read` of /proc/self/root/SECRET",
+            "PERMISSION_DENIED: /proc is not preopened",
+            |s| {
+                let k = read_kit(s, "proc-root-c");
+                let path = format!("/proc/self/root{}", s.secret_file.display());
+                failed(s, &k.call("read", json!({ "path": path })), Some("PERMISSION_DENIED"))
+            },
+        ),
+        c(
+            "fs-proc-warden-root/process",
+            "process",
+            "cat /proc/$PPID/root/SECRET (warden's root) with /proc granted",
+            "Permission denied (Landlock's ptrace scoping and the path check)",
+            |s| {
+                let ws = s.ws("ppid-root");
+                let r = s.shell(&ws, SHELL_PROC, &format!("cat /proc/$PPID/root{}", s.secret_file.display()));
+                refused(s, &r, 1)
+            },
+        ),
+        c(
+            "fs-proc-warden-environ/process",
+            "process",
+            "cat /proc/$PPID/environ: warden's environment holds the secret as WARDEN_ESCAPE_CANARY",
+            "Permission denied; the canary never appears",
+            |s| {
+                let ws = s.ws("ppid-environ");
+                let r = s.shell(&ws, SHELL_PROC, "cat /proc/$PPID/environ; tr '\\0' '\\n' < /proc/$PPID/environ");
+                refused(s, &r, 2)
+            },
+        ),
+        c(
+            "fs-proc-warden-mem/process",
+            "process",
+            "read warden's memory map and memory: /proc/$PPID/maps and /proc/$PPID/mem",
+            "Permission denied for both",
+            |s| {
+                let ws = s.ws("ppid-mem");
+                let r = s.shell(&ws, SHELL_PROC, "head -c 200 /proc/$PPID/maps; head -c 200 /proc/$PPID/mem | wc -c");
+                refused(s, &r, 2)
+            },
+        ),
+        c(
+            "fs-proc-warden-cwd/process",
+            "process",
+            "warden started in the secret's directory: ls and cat through /proc/$PPID/cwd",
+            "Permission denied for both; the secret never appears",
+            |s| {
+                let ws = s.ws("ppid-cwd");
+                let policy = s.policy_file(&Scene::shell_policy(SHELL_PROC));
+                let args = json!({"command": "ls /proc/$PPID/cwd/; cat /proc/$PPID/cwd/secret.txt"}).to_string();
+                let r = s.warden(
+                    &ws,
+                    &["--policy", policy.to_str().unwrap(), "call", "shell", &args],
+                    None,
+                    Some(&s.outside),
+                );
+                refused(s, &r, 2)
+            },
+        ),
+        c(
+            "fs-proc-warden-fd/process",
+            "process",
+            "open every /proc/$PPID/fd/N of warden (its audit log, pipes, sockets), after a first call wrote a record",
+            "every open refused (EACCES); no audit record text appears",
+            proc_warden_fds,
+        ),
+        c(
+            "fs-inherited-fds/process",
+            "process",
+            "use descriptors 3-1023 that warden might have leaked (fstat each, from a fresh python)",
+            "none is open: only stdin (/dev/null), stdout and stderr exist",
+            |s| {
+                let ws = s.ws("fds");
+                let r = s.python(
+                    &ws,
+                    SHELL,
+                    "import os\n\
+                     found = []\n\
+                     for fd in range(3, 1024):\n\
+                     \x20   try:\n\
+                     \x20       os.fstat(fd)\n\
+                     \x20       found.append(fd)\n\
+                     \x20   except OSError:\n\
+                     \x20       pass\n\
+                     print('open beyond stdio:', found)\n",
+                    "true",
+                );
+                Observed::new(r.success() && r.out().contains("open beyond stdio: []"), r.brief())
+            },
+        ),
+        c(
+            "fs-block-device/process",
+            "process",
+            "read the first 512 bytes of the host's disks (/dev/vda, /dev/sda, … as listed in /sys/block)",
+            "Permission denied (or no such device); no byte read",
+            |s| {
+                let ws = s.ws("blockdev");
+                let mut devs: Vec<String> = std::fs::read_dir("/sys/block")
+                    .map(|d| {
+                        d.filter_map(Result::ok).map(|e| format!("/dev/{}", e.file_name().to_string_lossy())).collect()
+                    })
+                    .unwrap_or_default();
+                devs.retain(|d| Path::new(d).exists());
+                devs.sort_by_key(|d| d.contains("loop") || d.contains("ram"));
+                devs.truncate(3);
+                if devs.is_empty() {
+                    devs.push("/dev/sda".into());
+                }
+                let r = s.shell(
+                    &ws,
+                    SHELL,
+                    &format!("for d in {}; do echo \"$d $(head -c 512 $d | wc -c)\"; done", devs.join(" ")),
+                );
+                let zero = r.out().lines().all(|l| l.ends_with(" 0"));
+                let said = r.err().contains("Permission denied") || r.err().contains("No such file");
+                Observed::new(r.success() && zero && said, r.brief())
+            },
+        ),
+        c(
+            "fs-char-devices/process",
+            "process",
+            "read /dev/mem, /dev/kmem, /dev/port and whichever of /dev/hwrng, /dev/console, /dev/tty0, /dev/vcs exist",
+            "Permission denied for each device that exists (No such file for the others); no byte read",
+            |s| {
+                let ws = s.ws("chardev");
+                let mut devs = vec!["/dev/mem", "/dev/kmem", "/dev/port"];
+                devs.extend(
+                    ["/dev/hwrng", "/dev/console", "/dev/tty0", "/dev/vcs"]
+                        .into_iter()
+                        .filter(|d| Path::new(d).exists()),
+                );
+                let existing = devs.iter().filter(|d| Path::new(d).exists()).count();
+                let r = s.shell(
+                    &ws,
+                    SHELL,
+                    &format!("for d in {}; do echo \"$d $(head -c 16 $d | wc -c)\"; done", devs.join(" ")),
+                );
+                let zero = r.out().lines().count() == devs.len() && r.out().lines().all(|l| l.ends_with(" 0"));
+                let denied = r.err().matches("Permission denied").count();
+                Observed::new(
+                    r.success() && zero && denied == existing,
+                    format!("{} of {} devices exist on this host; {}", existing, devs.len(), r.brief()),
+                )
+            },
+        ),
+        c(
+            "fs-dev-kmsg/process",
+            "process",
+            "write a line into the kernel log (echo MARKER > /dev/kmsg)",
+            "Permission denied; the marker is not in the kernel log",
+            dev_kmsg,
+        ),
+        c(
+            "fs-mknod/process",
+            "process",
+            "mknod a block device (8,0: sda) and /dev/mem's char device (1,1) inside the workspace",
+            "Operation not permitted (no CAP_MKNOD); nothing created",
+            |s| {
+                let ws = s.ws("mknod");
+                let r = s.shell(&ws, SHELL, "mknod disk b 8 0; mknod mem c 1 1; echo done");
+                let made = ws.join("disk").exists() || ws.join("mem").exists();
+                let denied = r.err().matches("Operation not permitted").count() >= 2;
+                Observed::new(r.success() && denied && !made, format!("{}; created: {made}", r.brief()))
+            },
+        ),
+        c(
+            "fs-ro-truncate/process",
+            "process",
+            "truncate a file under a read-only grant (: > FILE, truncate -s 0 FILE)",
+            "Permission denied for both; the file keeps its content",
+            |s| ro_process(s, "ro-truncate", |f, _| format!(": > {f}; truncate -s 0 {f}"), 2),
+        ),
+        c(
+            "fs-ro-append/process",
+            "process",
+            "append to a file and create a new one under a read-only grant",
+            "Permission denied for both; nothing changes",
+            |s| ro_process(s, "ro-append", |f, d| format!("echo pwned >> {f}; echo pwned > {d}/new.txt"), 2),
+        ),
+        c(
+            "fs-ro-rename/process",
+            "process",
+            "rename a read-only file in place, and move it into the writable workspace",
+            "Permission denied for both; the file stays where it was",
+            |s| ro_process(s, "ro-rename", |f, d| format!("mv {f} {d}/moved.txt; mv {f} ./stolen.txt"), 2),
+        ),
+        c(
+            "fs-ro-unlink/process",
+            "process",
+            "rm a read-only file, and rm -rf its directory",
+            "Permission denied; the file stays",
+            |s| ro_process(s, "ro-unlink", |f, d| format!("rm -f {f}; rm -rf {d}"), 1),
+        ),
+        c(
+            "fs-ro-link-write/process",
+            "process",
+            "hard-link a read-only file into the writable workspace, then write through the link",
+            "ln refused (Landlock: a link may not gain rights); the file keeps its content",
+            |s| {
+                let (dir, file) = ro_dir(s, "ro-link");
+                let ws = s.ws("ro-link");
+                let f = file.display();
+                let r = s.shell(&ws, ro_tool(&dir), &format!("ln {f} ./l && echo pwned > ./l; echo done"));
+                let intact = std::fs::read_to_string(&file).unwrap_or_default() == "KEEP";
+                let refused = r.err().contains("Invalid cross-device link") || r.err().contains("Permission denied");
+                Observed::new(r.success() && refused && intact, format!("{}; file intact: {intact}", r.brief()))
+            },
+        ),
+        c(
+            "fs-ro-chmod/process",
+            "process",
+            "chmod 777 a file under a read-only grant",
+            "as uid 0 (CI): Operation not permitted (seccomp), mode kept; as an ordinary owner: the documented limit",
+            ro_chmod,
+        ),
+        c(
+            "fs-ro-write/component",
+            "component",
+            "testkit `write` (create + truncate) of a file under a read-only grant",
+            "PERMISSION_DENIED; the file keeps its content",
+            |s| {
+                let (dir, file) = ro_dir(s, "ro-c");
+                let k = s.kit(
+                    "ro-c",
+                    &format!("[tools.write]\nplugin = \"kit\"\nfs.read = [{:?}]\n", dir.display().to_string()),
+                );
+                let r = k.call("write", json!({"path": file, "content": "pwned"}));
+                ro_verdict(s, &r, &file, &[])
+            },
+        ),
+        c(
+            "fs-ro-truncate/builtin",
+            "component",
+            "builtin write_file over a file whose directory is granted read-only",
+            "an error (INVALID_PATH or PERMISSION_DENIED); the file keeps its content",
+            |s| ro_builtin(s, "write_file", |f, _| json!({"path": f, "content": "pwned"})),
+        ),
+        c(
+            "fs-ro-edit/builtin",
+            "component",
+            "builtin edit_file of a file whose directory is granted read-only",
+            "an error; the file keeps its content",
+            |s| ro_builtin(s, "edit_file", |f, _| json!({"path": f, "old": "KEEP", "new": "PWNED"})),
+        ),
+        c(
+            "fs-ro-rename/builtin",
+            "component",
+            "builtin move_file of a file whose directory is granted read-only",
+            "an error; the file stays where it was",
+            |s| ro_builtin(s, "move_file", |f, d| json!({"source": f, "dest": d.join("moved.txt")})),
+        ),
+        c(
+            "fs-ro-unlink/builtin",
+            "component",
+            "builtin delete_file of a file whose directory is granted read-only",
+            "an error; the file stays",
+            |s| ro_builtin(s, "delete_file", |f, _| json!({ "path": f })),
+        ),
+        c(
+            "fs-write-outside/process",
+            "process",
+            "create a file outside (next to the secret, and in /usr), append to the secret",
+            "Permission denied three times; nothing created, the secret unchanged",
+            |s| {
+                let ws = s.ws("write-out");
+                let planted = s.outside.join(format!("planted-{}", std::process::id()));
+                let usr = PathBuf::from(format!("/usr/warden-escape-{}", std::process::id()));
+                let r = s.shell(
+                    &ws,
+                    SHELL,
+                    &format!(
+                        "echo pwned > {}; touch {}; echo pwned >> {}",
+                        planted.display(),
+                        usr.display(),
+                        s.secret_file.display()
+                    ),
+                );
+                let made = planted.exists() || usr.exists();
+                let _ = std::fs::remove_file(&usr);
+                let intact = std::fs::read_to_string(&s.secret_file).unwrap_or_default() == s.secret;
+                let o = refused(s, &r, 3);
+                Observed::new(
+                    o.contained && !made && intact,
+                    format!("{}; created: {made}; secret intact: {intact}", o.observed),
+                )
+            },
+        ),
+        c(
+            "fs-write-outside/component",
+            "component",
+            "testkit `write` of a new file next to the secret (workspace granted read-write)",
+            "PERMISSION_DENIED; nothing created",
+            |s| {
+                let k = s.kit("write-out-c", "[tools.write]\nplugin = \"kit\"\nfs.write = [\"{workspace}\"]\n");
+                let planted = s.outside.join("planted-by-component");
+                let r = k.call("write", json!({"path": planted, "content": "pwned"}));
+                let made = planted.exists();
+                Observed::new(code(&r) == "PERMISSION_DENIED" && !made, format!("{}; created: {made}", brief(&r)))
+            },
+        ),
+    ]
+}
+
+/// Keeps `link` flipping between `targets` (by atomic rename) while `body` runs;
+/// returns what `body` returned and how many flips happened.
+fn flipping<R>(link: &Path, targets: &[PathBuf], body: impl FnOnce() -> R) -> (R, usize) {
+    symlink(&targets[0], link).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let flipper = scope.spawn(|| {
+            let tmp = link.with_extension("next");
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let _ = std::fs::remove_file(&tmp);
+                if symlink(&targets[n % targets.len()], &tmp).is_ok() {
+                    let _ = std::fs::rename(&tmp, link);
+                }
+                if n.is_multiple_of(16) {
+                    std::thread::yield_now();
+                }
+            }
+            n
+        });
+        let r = body();
+        stop.store(true, Ordering::Relaxed);
+        (r, flipper.join().unwrap())
+    })
+}
+
+/// The link's targets, relative to the workspace (a component follows a relative
+/// link inside its preopen, so the granted target really is readable there):
+/// the granted file, the secret, and /etc/shadow.
+fn swap_targets(s: &Scene, ws: &Path) -> Vec<PathBuf> {
+    std::fs::write(ws.join("public.txt"), "public-content").unwrap();
+    let up = "../".repeat(ws.components().count().saturating_sub(1));
+    let relative = |p: &Path| PathBuf::from(format!("{up}{}", p.display().to_string().trim_start_matches('/')));
+    let mut t = vec![PathBuf::from("public.txt"), relative(&s.secret_file)];
+    if Path::new("/etc/shadow").exists() {
+        t.push(relative(Path::new("/etc/shadow")));
+    }
+    t
+}
+
+fn symlink_swap_process(s: &Scene) -> Observed {
+    let ws = s.ws("swap");
+    let targets = swap_targets(s, &ws);
+    let tool = Tool { read: &[], net: &[], limits: "timeout = \"60s\", max_output = \"1MiB\"" };
+    let (r, flips) = flipping(&ws.join("swap"), &targets, || {
+        s.shell(&ws, tool, "for i in $(seq 1 300); do cat swap 2>&1; echo; done | sort | uniq -c")
+    });
+    let out = r.out();
+    let public: u64 = count_lines(&out, "public-content");
+    let denied: u64 = count_lines(&out, "Permission denied");
+    let all: u64 = count_lines(&out, "");
+    // The verdict rests on the secret alone; the counts show that the race really ran.
+    let ok = r.success() && !s.leaks(&r.all()) && all == 300;
+    Observed::new(
+        ok,
+        format!(
+            "{flips} flips during the call; {public} reads gave the granted file, {denied} were Permission denied, \
+             secret shown: {}",
+            s.leaks(&r.all())
+        ),
+    )
+}
+
+/// Sums the `uniq -c` counts of the lines containing `needle`.
+fn count_lines(out: &str, needle: &str) -> u64 {
+    out.lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+        .sum()
+}
+
+fn swap_calls(s: &Scene, ws: &Path, call: impl Fn() -> warden::CallResponse) -> Observed {
+    let targets = swap_targets(s, ws);
+    let ((public, refused, other, leaked), flips) = flipping(&ws.join("swap"), &targets, || {
+        let (mut public, mut refused, mut other, mut leaked) = (0, 0, 0, false);
+        for _ in 0..150 {
+            let r = call();
+            leaked |= s.leaks(&text(&r));
+            if text(&r).contains("public-content") {
+                public += 1;
+            } else if r.error.is_some() {
+                refused += 1;
+            } else {
+                other += 1;
+            }
+        }
+        (public, refused, other, leaked)
+    });
+    Observed::new(
+        !leaked && other == 0,
+        format!(
+            "{flips} flips; {public} calls gave the granted file, {refused} were refused, {other} other; secret shown: {leaked}"
+        ),
+    )
+}
+
+fn hardlink_planted(s: &Scene, component: bool) -> Observed {
+    const LIMIT: &str = "Hard links already inside a grant reach their target";
+    let target = s.side_dir("linked").join("target.txt");
+    std::fs::write(&target, "LINKED-TARGET-CONTENT").unwrap();
+    let (r_text, summary) = if component {
+        let k = read_kit(s, "hardlink-c");
+        if let Err(e) = std::fs::hard_link(&target, k.ws.join("hard")) {
+            return Observed::skipped(format!("cannot make the hard link: {e}"));
+        }
+        let r = k.call("read", json!({"path": k.ws.join("hard")}));
+        (text(&r), brief(&r))
+    } else {
+        let ws = s.ws("hardlink-planted");
+        if let Err(e) = std::fs::hard_link(&target, ws.join("hard")) {
+            return Observed::skipped(format!("cannot make the hard link: {e}"));
+        }
+        let r = s.shell(&ws, SHELL, "cat hard");
+        (r.all(), r.brief())
+    };
+    // The limit as documented: the target's content comes through. The planted
+    // secret (a different file) still never does.
+    let reached = r_text.contains("LINKED-TARGET-CONTENT");
+    Observed::limit(
+        LIMIT,
+        reached && !s.leaks(&r_text),
+        format!("{summary}; the link reached its target: {reached} (as documented)"),
+    )
+}
+
+fn proc_warden_fds(s: &Scene) -> Observed {
+    let ws = s.ws("ppid-fd");
+    let log = s.base.join("logs").join("ppid-fd.jsonl");
+    let policy = s.policy_file(&Scene::shell_policy(SHELL_PROC));
+    let p = policy.to_str().unwrap();
+    let first = s.warden_logged(&ws, &log, &["--policy", p, "call", "shell", r#"{"command":"true"}"#], None, None);
+    if !first.success() {
+        return Observed::new(false, format!("the first call failed: {}", first.brief()));
+    }
+    std::fs::write(
+        ws.join("probe.py"),
+        "import os\n\
+         ppid = os.getppid()\n\
+         try:\n\
+         \x20   fds = os.listdir(f'/proc/{ppid}/fd')\n\
+         except OSError as e:\n\
+         \x20   print('listdir refused', e.errno)\n\
+         \x20   fds = [str(i) for i in range(64)]\n\
+         refused = []\n\
+         for fd in fds:\n\
+         \x20   try:\n\
+         \x20       f = os.open(f'/proc/{ppid}/fd/{fd}', os.O_RDONLY | os.O_NONBLOCK)\n\
+         \x20   except OSError as e:\n\
+         \x20       refused.append(e.errno)\n\
+         \x20       continue\n\
+         \x20   try:\n\
+         \x20       data = os.read(f, 4096)\n\
+         \x20   except OSError:\n\
+         \x20       data = b''\n\
+         \x20   print('OPENED', fd, data[:300])\n\
+         print('refused', len(refused), 'errnos', sorted(set(refused)))\n",
+    )
+    .unwrap();
+    let args = json!({ "command": format!("{PYTHON} probe.py") }).to_string();
+    let r = s.warden_logged(&ws, &log, &["--policy", p, "call", "shell", &args], None, None);
+    let out = r.out();
+    let ok = r.success()
+        && !out.contains("OPENED")
+        && out.contains("refused")
+        && !out.contains("refused 0 ")
+        && !out.contains("\"prev\"")
+        && !out.contains("args_sha256");
+    Observed::new(ok, r.brief())
+}
+
+fn dev_kmsg(s: &Scene) -> Observed {
+    let ws = s.ws("kmsg");
+    let marker = format!("warden-escape-kmsg-{}", std::process::id());
+    let r = s.shell(&ws, SHELL, &format!("echo {marker} > /dev/kmsg; echo done"));
+    let refused = r.err().contains("Permission denied");
+    match kernel_log() {
+        Some(log) => {
+            let found = log.contains(&marker);
+            Observed::new(r.success() && refused && !found, format!("{}; marker in the kernel log: {found}", r.brief()))
+        }
+        None => Observed::new(
+            r.success() && refused,
+            format!("{}; (the kernel log is not readable by the test: only the refusal is checked)", r.brief()),
+        ),
+    }
+}
+
+/// The kernel log's current records, read without blocking (None when unreadable).
+fn kernel_log() -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok()?;
+    let mut all = String::new();
+    let mut buf = vec![0u8; 16 << 10];
+    for _ in 0..200_000 {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => all.push_str(&String::from_utf8_lossy(&buf[..n])),
+            // EPIPE: a record was overwritten while reading; keep going.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(_) => break,
+        }
+    }
+    Some(all)
+}
+
+/// A directory outside every workspace holding `keep.txt` ("KEEP", mode 0644).
+fn ro_dir(s: &Scene, name: &str) -> (PathBuf, PathBuf) {
+    let dir = s.side_dir(name);
+    let file = dir.join("keep.txt");
+    std::fs::write(&file, "KEEP").unwrap();
+    set_mode(&file, 0o644);
+    (dir, file)
+}
+
+fn ro_tool(dir: &Path) -> Tool<'static> {
+    let read: &'static str = Box::leak(dir.display().to_string().into_boxed_str());
+    Tool { read: Box::leak(Box::new([read])), net: &[], limits: "timeout = \"20s\"" }
+}
+
+fn ro_process(s: &Scene, name: &str, command: fn(&str, &str) -> String, denials: usize) -> Observed {
+    let (dir, file) = ro_dir(s, name);
+    let ws = s.ws(name);
+    let cmd = command(&file.display().to_string(), &dir.display().to_string());
+    let r = s.shell(&ws, ro_tool(&dir), &cmd);
+    let intact = std::fs::read_to_string(&file).unwrap_or_default() == "KEEP";
+    let listing: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let stolen = ws.join("stolen.txt").exists();
+    let o = refused(s, &r, denials);
+    Observed::new(
+        o.contained && intact && listing == ["keep.txt"] && !stolen,
+        format!("{}; file intact: {intact}; directory holds {listing:?}", o.observed),
+    )
+}
+
+fn ro_chmod(s: &Scene) -> Observed {
+    const LIMIT: &str = "File metadata is not confined by Landlock";
+    let (dir, file) = ro_dir(s, "ro-chmod");
+    let ws = s.ws("ro-chmod");
+    let r = s.shell(&ws, ro_tool(&dir), &format!("id -u; chmod 777 {}; echo chmod=$?", file.display()));
+    let uid0 = r.out().starts_with("0\n");
+    let now = mode(&file);
+    if now == 0o644 {
+        let refused = r.err().contains("Operation not permitted") && r.out().contains("chmod=1");
+        return Observed::new(r.success() && refused, format!("{}; mode still {now:o}", r.brief()));
+    }
+    if uid0 {
+        return Observed::new(false, format!("{}; uid 0 changed the mode to {now:o}", r.brief()));
+    }
+    // An ordinary uid that owns the file may change its mode anywhere: the documented limit.
+    Observed::limit(LIMIT, true, format!("{}; the owner (not uid 0) changed the mode to {now:o}", r.brief()))
+}
+
+fn ro_verdict(s: &Scene, r: &warden::CallResponse, file: &Path, extra: &[PathBuf]) -> Observed {
+    let intact = std::fs::read_to_string(file).unwrap_or_default() == "KEEP";
+    let made = extra.iter().any(|p| p.exists());
+    Observed::new(
+        r.error.is_some() && intact && !made && !s.leaks(&text(r)),
+        format!("{}; file intact: {intact}", brief(r)),
+    )
+}
+
+fn ro_builtin(s: &Scene, tool: &'static str, args: fn(&Path, &Path) -> serde_json::Value) -> Observed {
+    let (dir, file) = ro_dir(s, &format!("ro-{tool}"));
+    let k = s.kit(
+        &format!("ro-{tool}"),
+        &format!("[tools.{tool}]\nplugin = \"fs\"\nfs.read = [{:?}]\n", dir.display().to_string()),
+    );
+    let r = k.call(tool, args(&file, &dir));
+    ro_verdict(s, &r, &file, &[dir.join("moved.txt")])
+}

@@ -1,0 +1,546 @@
+//! Privilege escapes: namespaces, mounts, chroot, setns, ptrace, set-user-ID
+//! programs, capabilities, seccomp bypasses (io_uring, x32, i386, clone3,
+//! handles), kernel attack surface, TIOCSTI, signals to warden, warden's
+//! environment, sysctl and cgroup files.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool};
+use crate::{Case, Observed, Scene};
+
+const CLASS: &str = "privilege";
+
+fn c(id: &'static str, attempt: &'static str, expected: &'static str, run: fn(&Scene) -> Observed) -> Case {
+    Case { id, class: CLASS, runtime: "process", attempt, expected, heavy: false, run }
+}
+
+/// The probe's prelude: `show(name, nr, args…)` prints `name ERRNO` (or `name ok`).
+/// Arguments are chosen so that a call reaching the kernel would fail with
+/// another errno (EFAULT, EBADF, EINVAL): EPERM or ENOSYS then proves seccomp.
+const SYSCALL: &str = "import ctypes, os, errno, sys\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+libc.syscall.restype = ctypes.c_long\n\
+def sc(*a):\n\
+\x20   r = libc.syscall(*[ctypes.c_long(x) for x in a])\n\
+\x20   return 'ok' if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))\n\
+def show(name, *a):\n\
+\x20   print(name, sc(*a), flush=True)\n";
+
+/// Runs `body` after [`SYSCALL`]; every `(name, errno)` must be printed exactly so.
+fn syscalls(s: &Scene, id: &str, tool: Tool<'_>, body: &str, want: &[(&str, &str)]) -> Observed {
+    let ws = s.ws(id);
+    let r = s.python(&ws, tool, &format!("{SYSCALL}{body}"), "true");
+    let out = r.out();
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|(name, errno)| !out.lines().any(|l| l == format!("{name} {errno}")))
+        .map(|(name, errno)| format!("{name} (wanted {errno})"))
+        .collect();
+    let got = out.lines().collect::<Vec<_>>().join(", ");
+    Observed::new(
+        r.success() && missing.is_empty(),
+        if missing.is_empty() { got } else { format!("{got}; MISSING {}; {}", missing.join(", "), r.brief()) },
+    )
+}
+
+/// A shell attempt: `marker` must never be printed, and stderr must contain one of `why`.
+fn shell_refused(s: &Scene, id: &str, tool: Tool<'_>, command: &str, marker: &str, why: &[&str]) -> Observed {
+    let ws = s.ws(id);
+    let r = s.shell(&ws, tool, command);
+    let said = why.iter().any(|w| r.err().contains(w));
+    Observed::new(r.success() && !r.out().contains(marker) && said && !s.leaks(&r.all()), r.brief())
+}
+
+const NOT_PERMITTED: &[&str] = &["Operation not permitted", "permission denied", "Permission denied"];
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        c(
+            "priv-unshare-user",
+            "unshare -Ur id -u: a new user namespace, mapped to root inside",
+            "unshare: Operation not permitted; nothing runs as the namespace's root",
+            |s| shell_refused(s, "unshare-u", SHELL, "unshare -Ur id -u && echo UNSHARED", "UNSHARED", NOT_PERMITTED),
+        ),
+        c("priv-unshare-mount", "unshare -m: a private mount namespace", "unshare: Operation not permitted", |s| {
+            shell_refused(s, "unshare-m", SHELL, "unshare -m true && echo UNSHARED", "UNSHARED", NOT_PERMITTED)
+        }),
+        c("priv-unshare-net", "unshare -n: a private network namespace", "unshare: Operation not permitted", |s| {
+            shell_refused(s, "unshare-n", SHELL, "unshare -n true && echo UNSHARED", "UNSHARED", NOT_PERMITTED)
+        }),
+        c(
+            "priv-unshare-syscall",
+            "the raw syscalls: unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWNET), unshare(0), setns(-1, 0)",
+            "EPERM for each (seccomp, before the kernel looks at the arguments)",
+            |s| {
+                syscalls(
+                    s,
+                    "unshare-sys",
+                    SHELL,
+                    "show('unshare_all', 272, 0x10000000 | 0x00020000 | 0x40000000)\n\
+                     show('unshare_none', 272, 0)\n\
+                     show('setns', 308, -1, 0)\n",
+                    &[("unshare_all", "EPERM"), ("unshare_none", "EPERM"), ("setns", "EPERM")],
+                )
+            },
+        ),
+        c(
+            "priv-setns",
+            "enter another namespace: setns on /proc/self/ns/net, nsenter -t 1 -m (with /proc granted)",
+            "setns EPERM; nsenter fails; the secret never appears",
+            |s| {
+                let ws = s.ws("setns");
+                std::fs::write(
+                    ws.join("probe.py"),
+                    format!(
+                        "{SYSCALL}try:\n\
+                         \x20   fd = os.open('/proc/self/ns/net', os.O_RDONLY)\n\
+                         \x20   show('setns', 308, fd, 0)\n\
+                         except OSError as e:\n\
+                         \x20   print('open refused', e.errno)\n"
+                    ),
+                )
+                .unwrap();
+                let r = s.shell(
+                    &ws,
+                    SHELL_PROC,
+                    &format!("{PYTHON} probe.py; nsenter -t 1 -m -- cat {} && echo ENTERED", s.secret_file.display()),
+                );
+                let out = r.out();
+                let ok = r.success()
+                    && (out.contains("setns EPERM") || out.contains("open refused"))
+                    && !out.contains("ENTERED")
+                    && !s.leaks(&r.all());
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c(
+            "priv-mount",
+            "mount a tmpfs on a workspace directory, bind-mount the secret's directory into the workspace",
+            "mount refused; nothing mounted, the secret never appears",
+            |s| {
+                let ws = s.ws("mount");
+                let r = s.shell(
+                    &ws,
+                    SHELL,
+                    &format!(
+                        "mkdir m b; mount -t tmpfs none m && echo MOUNTED; mount --bind {} b && echo MOUNTED; cat b/secret.txt",
+                        s.outside.display()
+                    ),
+                );
+                let empty = std::fs::read_dir(ws.join("b")).map(|d| d.count() == 0).unwrap_or(true);
+                let said = NOT_PERMITTED.iter().any(|w| r.err().contains(w)) || r.err().contains("must be superuser");
+                Observed::new(
+                    r.success() && said && !r.out().contains("MOUNTED") && empty && !s.leaks(&r.all()),
+                    format!("{}; bind target still empty: {empty}", r.brief()),
+                )
+            },
+        ),
+        c(
+            "priv-mount-syscalls",
+            "mount(2), umount2(2), pivot_root(2), and the new mount API (fsopen, open_tree, move_mount, mount_setattr)",
+            "EPERM for mount, umount2 and pivot_root; ENOSYS for the new API",
+            |s| {
+                syscalls(
+                    s,
+                    "mount-sys",
+                    SHELL,
+                    "show('mount', 165, 0, 0, 0, 0, 0)\n\
+                     show('umount2', 166, 0, 0)\n\
+                     show('pivot_root', 155, 0, 0)\n\
+                     show('fsopen', 430, 0, 0)\n\
+                     show('open_tree', 428, -1, 0, 0)\n\
+                     show('move_mount', 429, -1, 0, -1, 0, 0)\n\
+                     show('mount_setattr', 442, -1, 0, 0, 0, 0)\n",
+                    &[
+                        ("mount", "EPERM"),
+                        ("umount2", "EPERM"),
+                        ("pivot_root", "EPERM"),
+                        ("fsopen", "ENOSYS"),
+                        ("open_tree", "ENOSYS"),
+                        ("move_mount", "ENOSYS"),
+                        ("mount_setattr", "ENOSYS"),
+                    ],
+                )
+            },
+        ),
+        c(
+            "priv-chroot",
+            "chroot(NULL) (EFAULT if the kernel saw it) and chroot(1) to a directory",
+            "EPERM from seccomp; chroot(1) fails",
+            |s| {
+                let ws = s.ws("chroot");
+                std::fs::create_dir_all(ws.join("jail")).unwrap();
+                std::fs::write(ws.join("probe.py"), format!("{SYSCALL}show('chroot', 161, 0)\n")).unwrap();
+                let r = s.shell(&ws, SHELL, &format!("{PYTHON} probe.py; chroot jail /bin/true && echo CHROOTED"));
+                let ok = r.success() && r.out().contains("chroot EPERM") && !r.out().contains("CHROOTED");
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c(
+            "priv-ptrace",
+            "PTRACE_ATTACH to warden (the parent), PTRACE_SEIZE of pid 1, and strace -p $PPID",
+            "EPERM for both calls; strace fails",
+            |s| {
+                let ws = s.ws("ptrace");
+                std::fs::write(
+                    ws.join("probe.py"),
+                    format!(
+                        "{SYSCALL}show('attach', 101, 16, os.getppid(), 0, 0)\nshow('seize', 101, 0x4206, 1, 0, 0)\n"
+                    ),
+                )
+                .unwrap();
+                let r =
+                    s.shell(&ws, SHELL, &format!("{PYTHON} probe.py; strace -p $PPID -e trace=none 2>&1 | head -3"));
+                let out = r.out();
+                let ok = r.success()
+                    && out.contains("attach EPERM")
+                    && out.contains("seize EPERM")
+                    && !out.contains("Process ") // strace's "Process N attached"
+                    && !out.contains("attached");
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c("priv-process-vm", "process_vm_readv and process_vm_writev on warden's pid", "EPERM for both", |s| {
+            syscalls(
+                s,
+                "process-vm",
+                SHELL,
+                "show('readv', 310, os.getppid(), 0, 0, 0, 0, 0)\nshow('writev', 311, os.getppid(), 0, 0, 0, 0, 0)\n",
+                &[("readv", "EPERM"), ("writev", "EPERM")],
+            )
+        }),
+        c(
+            "priv-setuid",
+            "run a set-user-ID-root program (a root-owned 4755 copy of id, as the nobody-owned workspace's uid), and su",
+            "the set-user-ID bit is ignored (NO_NEW_PRIVS): euid stays the caller's; su fails",
+            setuid,
+        ),
+        c(
+            "priv-workspace-owner",
+            "as root, a workspace owned by nobody (65534): who is the tool, and can it read the secret (mode 0644)?",
+            "the tool runs as 65534, and the secret is Permission denied (Landlock, not file modes)",
+            |s| {
+                if !s.root {
+                    return Observed::skipped("needs root to give the workspace to another user");
+                }
+                let ws = s.ws("owner");
+                std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+                let r = s.shell(&ws, SHELL, &format!("id -u; cat {}", s.secret_file.display()));
+                let ok =
+                    r.success() && r.out() == "65534\n" && r.err().contains("Permission denied") && !s.leaks(&r.all());
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c(
+            "priv-capabilities",
+            "read the capability sets, then use CAP_SYS_ADMIN (sethostname to its own name) and CAP_CHOWN (chown to nobody)",
+            "every capability set is 0 (bounding set too, as root), NoNewPrivs 1, Seccomp 2; both uses Operation not permitted",
+            capabilities,
+        ),
+        c(
+            "priv-io-uring",
+            "io_uring_setup, io_uring_enter and io_uring_register (which would bypass the seccomp rules)",
+            "ENOSYS for each",
+            |s| {
+                syscalls(
+                    s,
+                    "io-uring",
+                    SHELL,
+                    "show('io_uring_setup', 425, 8, 0)\nshow('io_uring_enter', 426, -1, 0, 0, 0, 0, 0)\n\
+                     show('io_uring_register', 427, -1, 0, 0, 0)\n",
+                    &[("io_uring_setup", "ENOSYS"), ("io_uring_enter", "ENOSYS"), ("io_uring_register", "ENOSYS")],
+                )
+            },
+        ),
+        c(
+            "priv-x32-syscalls",
+            "the x32 syscall table (bit 0x40000000): getpid, unshare(CLONE_NEWUSER), openat, socket, ptrace",
+            "EPERM for each (the architecture guard)",
+            |s| {
+                syscalls(
+                    s,
+                    "x32",
+                    SHELL,
+                    "X = 0x40000000\n\
+                     show('getpid', X | 39)\n\
+                     show('unshare', X | 272, 0x10000000)\n\
+                     show('openat', X | 257, -100, 0, 0)\n\
+                     show('socket', X | 41, 2, 1, 0)\n\
+                     show('ptrace', X | 521, 16, os.getppid(), 0, 0)\n",
+                    &[
+                        ("getpid", "EPERM"),
+                        ("unshare", "EPERM"),
+                        ("openat", "EPERM"),
+                        ("socket", "EPERM"),
+                        ("ptrace", "EPERM"),
+                    ],
+                )
+            },
+        ),
+        c(
+            "priv-i386-int80",
+            "the i386 entry: machine code `mov eax, 20 (getpid); int 0x80` run from an executable mapping",
+            "the process is killed by the architecture guard (SIGSYS, exit 159) before the call returns",
+            |s| {
+                let ws = s.ws("i386");
+                let script = "import ctypes, mmap\n\
+                    buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n\
+                    buf.write(bytes([0xb8, 0x14, 0, 0, 0, 0xcd, 0x80, 0xc3]))\n\
+                    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))\n\
+                    f = ctypes.CFUNCTYPE(ctypes.c_long)(addr)\n\
+                    print('before', flush=True)\n\
+                    print('ESCAPED', f(), flush=True)\n";
+                let r = s.python(&ws, SHELL, script, "echo exit=$?");
+                let out = r.out();
+                // 159 = 128 + SIGSYS; 139 (SIGSEGV) on a kernel without IA-32 emulation, where int 0x80 never enters.
+                let killed = out.contains("exit=159") || out.contains("exit=139");
+                Observed::new(r.success() && out.contains("before") && !out.contains("ESCAPED") && killed, r.brief())
+            },
+        ),
+        c(
+            "priv-clone3",
+            "clone3 (whose flags seccomp cannot inspect), and clone with CLONE_NEWUSER through the shell's unshare --fork",
+            "clone3 ENOSYS (libc falls back to clone, which seccomp inspects); unshare --fork refused",
+            |s| {
+                let ws = s.ws("clone3");
+                std::fs::write(ws.join("probe.py"), format!("{SYSCALL}show('clone3', 435, 0, 0)\n")).unwrap();
+                let r = s.shell(&ws, SHELL, &format!("{PYTHON} probe.py; unshare -U --fork true && echo CLONED"));
+                let ok = r.success() && r.out().contains("clone3 ENOSYS") && !r.out().contains("CLONED");
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c(
+            "priv-handles",
+            "the 'shocker' escape: name_to_handle_at and open_by_handle_at (reach any inode by handle)",
+            "EPERM for both",
+            |s| {
+                syscalls(
+                    s,
+                    "handles",
+                    SHELL,
+                    "show('name_to_handle_at', 303, -100, 0, 0, 0, 0)\nshow('open_by_handle_at', 304, -100, 0, 0)\n",
+                    &[("name_to_handle_at", "EPERM"), ("open_by_handle_at", "EPERM")],
+                )
+            },
+        ),
+        c(
+            "priv-kernel-surface",
+            "bpf, perf_event_open, userfaultfd, keyctl, add_key, init_module, finit_module, kexec_load, personality, acct, swapon, reboot",
+            "EPERM for each",
+            |s| {
+                syscalls(
+                    s,
+                    "kernel",
+                    SHELL,
+                    "show('bpf', 321, 0, 0, 0)\n\
+                     show('perf_event_open', 298, 0, 0, -1, -1, 0)\n\
+                     show('userfaultfd', 323, 0)\n\
+                     show('keyctl', 250, 0, 0, 0, 0, 0)\n\
+                     show('add_key', 248, 0, 0, 0, 0, 0)\n\
+                     show('init_module', 175, 0, 0, 0)\n\
+                     show('finit_module', 313, -1, 0, 0)\n\
+                     show('kexec_load', 246, 0, 0, 0, 0)\n\
+                     show('personality', 135, 0xffffffff)\n\
+                     show('acct', 163, 0)\n\
+                     show('swapon', 167, 0, 0)\n\
+                     show('reboot', 169, 0, 0, 0, 0)\n",
+                    &[
+                        ("bpf", "EPERM"),
+                        ("perf_event_open", "EPERM"),
+                        ("userfaultfd", "EPERM"),
+                        ("keyctl", "EPERM"),
+                        ("add_key", "EPERM"),
+                        ("init_module", "EPERM"),
+                        ("finit_module", "EPERM"),
+                        ("kexec_load", "EPERM"),
+                        ("personality", "EPERM"),
+                        ("acct", "EPERM"),
+                        ("swapon", "EPERM"),
+                        ("reboot", "EPERM"),
+                    ],
+                )
+            },
+        ),
+        c(
+            "priv-tiocsti",
+            "push keystrokes with TIOCSTI (and TIOCLINUX, and TIOCSTI with garbage in the high bits); open /dev/tty",
+            "EPERM for each ioctl; no terminal to open",
+            |s| {
+                let ws = s.ws("tiocsti");
+                std::fs::write(
+                    ws.join("probe.py"),
+                    format!(
+                        "{SYSCALL}c = ctypes.c_char(b'x')\n\
+                         show('tiocsti', 16, 0, 0x5412, ctypes.addressof(c))\n\
+                         show('tiocsti_high', 16, 0, 0x5412 | (1 << 32), ctypes.addressof(c))\n\
+                         show('tioclinux', 16, 0, 0x541C, ctypes.addressof(c))\n\
+                         try:\n\
+                         \x20   os.open('/dev/tty', os.O_RDWR)\n\
+                         \x20   print('TTY OPENED')\n\
+                         except OSError as e:\n\
+                         \x20   print('tty', errno.errorcode.get(e.errno))\n"
+                    ),
+                )
+                .unwrap();
+                let r = s.shell(&ws, SHELL, &format!("{PYTHON} probe.py"));
+                let out = r.out();
+                let ok = r.success()
+                    && ["tiocsti EPERM", "tiocsti_high EPERM", "tioclinux EPERM"].iter().all(|w| out.contains(w))
+                    && out.contains("tty ")
+                    && !out.contains("TTY OPENED");
+                Observed::new(ok, r.brief())
+            },
+        ),
+        c(
+            "priv-kill-warden",
+            "kill -KILL and -STOP warden ($PPID), its process group, and every process (kill -1)",
+            "each kill fails (EPERM); warden answers and records the call",
+            |s| {
+                let ws = s.ws("kill");
+                let r = s.shell(
+                    &ws,
+                    SHELL,
+                    "kill -STOP $PPID; echo stop=$?; kill -9 $PPID; echo host=$?; kill -9 -1; echo all=$?; \
+                     kill -9 -- -$(ps -o pgid= $PPID 2>/dev/null | tr -d ' ' || echo 1) 2>/dev/null; echo done",
+                );
+                let out = r.out();
+                let ok =
+                    r.code == 0 && r.success() && ["stop=1", "host=1", "all=1", "done"].iter().all(|w| out.contains(w));
+                Observed::new(ok, format!("warden exit {}; {}", r.code, r.brief()))
+            },
+        ),
+        c(
+            "priv-environment",
+            "print the whole environment: warden's holds WARDEN_ESCAPE_CANARY (the secret)",
+            "only PATH and HOME from the policy (plus the shell's own PWD, SHLVL, _); the canary never appears",
+            |s| {
+                let ws = s.ws("env");
+                let r = s.shell(&ws, SHELL, "env; cat /proc/self/environ 2>/dev/null");
+                let names: Vec<String> =
+                    r.out().lines().filter_map(|l| l.split_once('=').map(|(k, _)| k.to_string())).collect();
+                let extra: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(&n.as_str()))
+                    .collect();
+                Observed::new(
+                    r.success() && extra.is_empty() && !s.leaks(&r.all()),
+                    format!("variables: {names:?}; unexpected: {extra:?}"),
+                )
+            },
+        ),
+        c(
+            "priv-sysctl",
+            "write kernel settings through /proc/sys (hostname, with its own value) with /proc granted read-only",
+            "Permission denied",
+            |s| {
+                shell_refused(
+                    s,
+                    "sysctl",
+                    SHELL_PROC,
+                    "cat /proc/sys/kernel/hostname > h; cat h > /proc/sys/kernel/hostname && echo WRITTEN",
+                    "WRITTEN",
+                    &["Permission denied"],
+                )
+            },
+        ),
+        c(
+            "priv-cgroup-leave",
+            "move the tool out of its pids cgroup: write its pid into the root cgroup.procs (v1 pids and v2)",
+            "Permission denied (/sys is not granted)",
+            |s| {
+                let files: Vec<&str> = [
+                    "/sys/fs/cgroup/cgroup.procs",
+                    "/sys/fs/cgroup/pids/cgroup.procs",
+                    "/sys/fs/cgroup/unified/cgroup.procs",
+                ]
+                .into_iter()
+                .filter(|p| Path::new(p).exists())
+                .collect();
+                if files.is_empty() {
+                    return Observed::skipped("no cgroup.procs file on this host");
+                }
+                let ws = s.ws("cgroup");
+                let cmd: Vec<String> = files.iter().map(|f| format!("echo $$ > {f} && echo MOVED")).collect();
+                let r = s.shell(&ws, SHELL, &cmd.join("; "));
+                let denied = r.err().matches("Permission denied").count();
+                Observed::new(r.success() && denied == files.len() && !r.out().contains("MOVED"), r.brief())
+            },
+        ),
+    ]
+}
+
+fn setuid(s: &Scene) -> Observed {
+    let ws = s.ws("setuid");
+    let su = ["/usr/bin/su", "/bin/su"].into_iter().find(|p| Path::new(p).exists());
+    let su_cmd = su.map(|p| format!("; {p} root -c 'id -u' </dev/null; echo su=$?")).unwrap_or_default();
+    if !s.root {
+        // No root-owned set-user-ID file can be made: try the system's su only.
+        let Some(_) = su else { return Observed::skipped("not root, and no su on this host") };
+        let r = s.shell(&ws, SHELL, &format!("true{su_cmd}"));
+        let ok = r.success() && !r.out().lines().any(|l| l == "0") && !r.out().contains("su=0");
+        return Observed::new(ok, format!("(not root: su only) {}", r.brief()));
+    }
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    let prog = ws.join("suid-id");
+    std::fs::copy("/usr/bin/id", &prog).unwrap();
+    crate::scene::set_mode(&prog, 0o4755);
+    let nosuid = nix::sys::statvfs::statvfs(&ws)
+        .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOSUID))
+        .unwrap_or(false);
+    // Control, outside the sandbox: as 65534, does the bit work on this mount?
+    let control = std::process::Command::new(&prog)
+        .arg("-u")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let r = s.shell(&ws, SHELL, &format!("id -u; ./suid-id -u{su_cmd}"));
+    let out = r.out();
+    let lines: Vec<&str> = out.lines().collect();
+    let ok =
+        r.success() && lines.first() == Some(&"65534") && lines.get(1) == Some(&"65534") && !r.out().contains("su=0");
+    Observed::new(
+        ok,
+        format!(
+            "outside the sandbox the copy gives euid {control}{}; inside: {}",
+            if nosuid { " (nosuid mount)" } else { "" },
+            r.brief()
+        ),
+    )
+}
+
+fn capabilities(s: &Scene) -> Observed {
+    let ws = s.ws("caps");
+    let r = s.shell(
+        &ws,
+        SHELL_PROC,
+        "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status; \
+         hostname \"$(hostname)\"; echo hostname=$?; touch f; chown 65534 f; echo chown=$?",
+    );
+    let out = r.out();
+    let mut want = vec![
+        "CapInh:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "hostname=1",
+        "chown=1",
+    ];
+    if s.root {
+        want.push("CapBnd:\t0000000000000000");
+    }
+    let missing: Vec<&&str> = want.iter().filter(|w| !out.contains(**w)).collect();
+    let owner = std::fs::metadata(ws.join("f")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+    let ok = r.success() && missing.is_empty() && owner != 65534;
+    Observed::new(
+        ok,
+        format!(
+            "{}; missing {missing:?}; f owned by {owner}",
+            out.replace('\t', " ").lines().collect::<Vec<_>>().join(", ")
+        ),
+    )
+}

@@ -1,0 +1,362 @@
+//! Resource exhaustion: processes, threads, memory, CPU, wall clock, daemons,
+//! file size, disk and file count in `{tmp}`, descriptors, output floods and
+//! argument bombs.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::scene::{Tool, brief, code, kit_header, survivors};
+use crate::{Case, Observed, Scene};
+
+const CLASS: &str = "resources";
+
+fn c(
+    id: &'static str,
+    runtime: &'static str,
+    attempt: &'static str,
+    expected: &'static str,
+    run: fn(&Scene) -> Observed,
+) -> Case {
+    Case { id, class: CLASS, runtime, attempt, expected, heavy: false, run }
+}
+
+fn heavy(mut case: Case) -> Case {
+    case.heavy = true;
+    case
+}
+
+fn tool(limits: &'static str) -> Tool<'static> {
+    Tool { read: &[], net: &[], limits }
+}
+
+/// A marker for command lines, unique to this run.
+fn marker(tag: &str) -> String {
+    format!("{tag}{}", std::process::id())
+}
+
+/// A value of `key=` in the probe's output.
+fn value<'a>(out: &'a str, key: &str) -> Option<&'a str> {
+    out.lines().find_map(|l| l.strip_prefix(key)).map(str::trim)
+}
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        heavy(c(
+            "res-fork-bomb/process",
+            "process",
+            "a bash fork bomb (f() { f | f & }; f) under limits.processes = 32, timeout 3s",
+            "LIMIT_EXCEEDED (pids cgroup as root, RLIMIT_NPROC otherwise) or TIMEOUT; no process survives the call",
+            |s| {
+                let ws = s.ws("forkbomb");
+                let m = marker("forkbomb");
+                let r = s.shell(
+                    &ws,
+                    tool("timeout = \"3s\", processes = 32"),
+                    &format!("{m}() {{ {m} | {m} & }}; {m}; sleep 30"),
+                );
+                let left = survivors(&m);
+                let code = r.error_code();
+                Observed::new(
+                    (code == "LIMIT_EXCEEDED" || code == "TIMEOUT") && left.is_empty(),
+                    format!("{}; survivors: {}", r.brief(), left.len()),
+                )
+            },
+        )),
+        heavy(c(
+            "res-thread-bomb/process",
+            "process",
+            "start threads until it fails, under limits.processes = 16",
+            "thread creation fails near 16 (threads count as processes); the call ends normally",
+            |s| {
+                let ws = s.ws("threads");
+                let r = s.python(
+                    &ws,
+                    tool("timeout = \"20s\", processes = 16"),
+                    "import threading, time\n\
+                     n = 0\n\
+                     try:\n\
+                     \x20   for _ in range(10000):\n\
+                     \x20       threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n\
+                     \x20       n += 1\n\
+                     except RuntimeError as e:\n\
+                     \x20   print('refused', e, flush=True)\n\
+                     print('threads', n, flush=True)\n\
+                     import os; os._exit(0)\n",
+                    "true",
+                );
+                let n: u64 = value(&r.out(), "threads").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                Observed::new(r.success() && r.out().contains("refused") && n <= 16, r.brief())
+            },
+        )),
+        c(
+            "res-memory/process",
+            "process",
+            "allocate 1 GiB (python bytearray) and map 8 GiB, under limits.memory = 256MiB",
+            "MemoryError for both (RLIMIT_AS); the program fails, warden does not",
+            |s| {
+                let ws = s.ws("memory");
+                let r = s.python(
+                    &ws,
+                    tool("timeout = \"20s\", memory = \"256MiB\""),
+                    "import mmap\n\
+                     try:\n\
+                     \x20   a = bytearray(1 << 30)\n\
+                     \x20   print('ALLOCATED')\n\
+                     except MemoryError:\n\
+                     \x20   print('bytearray refused')\n\
+                     try:\n\
+                     \x20   m = mmap.mmap(-1, 8 << 30)\n\
+                     \x20   print('MAPPED')\n\
+                     except (OSError, MemoryError) as e:\n\
+                     \x20   print('mmap refused', e)\n",
+                    "true",
+                );
+                let out = r.out();
+                let ok = r.success()
+                    && out.contains("bytearray refused")
+                    && out.contains("mmap refused")
+                    && !out.contains("ALLOCATED")
+                    && !out.contains("MAPPED");
+                Observed::new(ok, r.brief())
+            },
+        ),
+        heavy(c(
+            "res-cpu/process",
+            "process",
+            "burn CPU forever (while :; do :; done) under limits.cpu = 1s, timeout 60s",
+            "LIMIT_EXCEEDED: used its CPU time (RLIMIT_CPU)",
+            |s| {
+                let ws = s.ws("cpu");
+                let r = s.shell(&ws, tool("timeout = \"60s\", cpu = \"1s\""), "while :; do :; done");
+                Observed::new(r.error_code() == "LIMIT_EXCEEDED" && r.code == 4, r.brief())
+            },
+        )),
+        c(
+            "res-wall-clock/process",
+            "process",
+            "sleep forever under timeout = 3s",
+            "TIMEOUT; the sleeping process is killed",
+            |s| {
+                let ws = s.ws("sleep");
+                let m = format!("1000.{}1", std::process::id());
+                let r = s.shell(&ws, tool("timeout = \"3s\""), &format!("sleep {m}"));
+                let left = survivors(&m);
+                Observed::new(
+                    r.error_code() == "TIMEOUT" && left.is_empty(),
+                    format!("{}; survivors: {}", r.brief(), left.len()),
+                )
+            },
+        ),
+        c(
+            "res-daemons/process",
+            "process",
+            "leave daemons behind: setsid, a double fork, nohup + disown, then exit at once",
+            "the call returns; the host kills the whole process group: no daemon survives",
+            |s| {
+                let ws = s.ws("daemons");
+                let p = std::process::id();
+                let r = s.shell(
+                    &ws,
+                    tool("timeout = \"20s\""),
+                    &format!(
+                        "setsid sleep 1000.{p}2 & (sleep 1000.{p}3 &) ; nohup sleep 1000.{p}4 >/dev/null 2>&1 & disown; echo started"
+                    ),
+                );
+                let left: Vec<String> = (2..=4).flat_map(|i| survivors(&format!("1000.{p}{i}"))).collect();
+                Observed::new(
+                    r.success() && r.out().contains("started") && left.is_empty(),
+                    format!("{}; survivors: {left:?}", r.brief()),
+                )
+            },
+        ),
+        c(
+            "res-file-size/process",
+            "process",
+            "write an 8 MiB file under limits.file_size = 1MiB",
+            "LIMIT_EXCEEDED (SIGXFSZ) or a failed write; the file stops at 1 MiB",
+            |s| {
+                let ws = s.ws("fsize");
+                let r = s.shell(
+                    &ws,
+                    tool("timeout = \"20s\", file_size = \"1MiB\""),
+                    "dd if=/dev/zero of=big bs=1M count=8",
+                );
+                let size = std::fs::metadata(ws.join("big")).map(|m| m.len()).unwrap_or(0);
+                let refused = r.error_code() == "LIMIT_EXCEEDED" || r.exit().is_some_and(|c| c != 0);
+                Observed::new(refused && size <= 1 << 20, format!("{}; file is {size} bytes", r.brief()))
+            },
+        ),
+        c(
+            "res-disk-fill/process",
+            "process",
+            "fill {tmp}: 24 files of 2 MiB each under limits.file_size = 1MiB",
+            "documented limit (no disk quota): each file stops at 1 MiB, the total is not bounded; {tmp} is removed after the call",
+            |s| {
+                const LIMIT: &str = "No disk quota";
+                let ws = s.ws("diskfill");
+                let r = s.shell(
+                    &ws,
+                    tool("timeout = \"30s\", file_size = \"1MiB\""),
+                    "cd \"$HOME\" && for i in $(seq 1 24); do (head -c 2097152 /dev/zero > f$i) 2>/dev/null; done; \
+                     echo tmp=$HOME; echo total=$(cat f* | wc -c); echo largest=$(for f in f*; do wc -c < $f; done | sort -n | tail -1)",
+                );
+                let out = r.out();
+                let tmp = value(&out, "tmp=").unwrap_or_default().to_string();
+                let total: u64 = value(&out, "total=").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let largest: u64 = value(&out, "largest=").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                let removed = !tmp.is_empty() && !Path::new(&tmp).exists();
+                Observed::limit(
+                    LIMIT,
+                    r.success() && largest <= 1 << 20 && removed,
+                    format!(
+                        "wrote {total} bytes in total, largest file {largest} bytes; {{tmp}} removed after the call: {removed}"
+                    ),
+                )
+            },
+        ),
+        c(
+            "res-file-count/process",
+            "process",
+            "create 5000 empty files in {tmp}",
+            "documented limit (no disk quota): nothing bounds the number of files; {tmp} is removed after the call",
+            |s| {
+                const LIMIT: &str = "No disk quota";
+                let ws = s.ws("filecount");
+                let r = s.shell(
+                    &ws,
+                    tool("timeout = \"30s\""),
+                    "cd \"$HOME\" && seq 1 5000 | xargs touch; echo tmp=$HOME; echo files=$(ls | wc -l)",
+                );
+                let out = r.out();
+                let tmp = value(&out, "tmp=").unwrap_or_default().to_string();
+                let files = value(&out, "files=").unwrap_or("?").to_string();
+                let removed = !tmp.is_empty() && !Path::new(&tmp).exists();
+                Observed::limit(
+                    LIMIT,
+                    r.success() && removed,
+                    format!("created {files} files; {{tmp}} removed after the call: {removed}"),
+                )
+            },
+        ),
+        c(
+            "res-fd-exhaustion/process",
+            "process",
+            "open descriptors until it fails, under limits.open_files = 32",
+            "EMFILE at 32 descriptors (RLIMIT_NOFILE)",
+            |s| {
+                let ws = s.ws("fds");
+                let r = s.python(
+                    &ws,
+                    tool("timeout = \"20s\", open_files = 32"),
+                    "import os, errno\n\
+                     fds = []\n\
+                     try:\n\
+                     \x20   for _ in range(100000):\n\
+                     \x20       fds.append(os.open('/dev/null', os.O_RDONLY))\n\
+                     except OSError as e:\n\
+                     \x20   print('refused', errno.errorcode.get(e.errno))\n\
+                     print('highest', max(fds) if fds else -1)\n",
+                    "true",
+                );
+                let highest: i64 = value(&r.out(), "highest").and_then(|v| v.parse().ok()).unwrap_or(i64::MAX);
+                Observed::new(r.success() && r.out().contains("refused EMFILE") && highest < 32, r.brief())
+            },
+        ),
+        c(
+            "res-stdout-flood/process",
+            "process",
+            "write to stdout without end (yes) under max_output = 64KiB",
+            "the call succeeds, truncated: stdout cut at 64 KiB, the process group killed, no deadlock",
+            |s| {
+                let ws = s.ws("flood");
+                let r = s.shell(&ws, tool("timeout = \"30s\", max_output = \"64KiB\""), "yes");
+                let kept = r.out().len();
+                Observed::new(
+                    r.success() && r.doc()["result"]["truncated"] == true && kept <= 64 << 10,
+                    format!("success, truncated, kept {kept} bytes of stdout"),
+                )
+            },
+        ),
+        c(
+            "res-stderr-flood/process",
+            "process",
+            "write to stderr without end (yes >&2) under max_output = 64KiB",
+            "the call succeeds, truncated: stderr cut at 64 KiB",
+            |s| {
+                let ws = s.ws("flood-err");
+                let r = s.shell(&ws, tool("timeout = \"30s\", max_output = \"64KiB\""), "yes >&2");
+                let kept = r.err().len();
+                Observed::new(
+                    r.success() && r.doc()["result"]["truncated"] == true && kept <= 64 << 10,
+                    format!("success, truncated, kept {kept} bytes of stderr"),
+                )
+            },
+        ),
+        c(
+            "res-args-deep-json/process",
+            "process",
+            "arguments nested 100 000 arrays deep (stack exhaustion in the parser or the schema check)",
+            "INVALID_ARGS (recursion limit), exit 2; warden does not crash",
+            |s| deep_json(s, "shell"),
+        ),
+        c(
+            "res-args-deep-json/component",
+            "component",
+            "arguments nested 100 000 arrays deep, to the testkit's echo",
+            "INVALID_ARGS (recursion limit), exit 2; warden does not crash",
+            |s| deep_json(s, "echo"),
+        ),
+        c(
+            "res-args-huge-string/process",
+            "process",
+            "a 2 MiB command string (`touch pwned; #AAAA…`), through stdin",
+            "INVALID_ARGS: more than the 1 MiB accepted; nothing runs",
+            |s| {
+                let ws = s.ws("huge-args");
+                let policy = s.policy_file(&Scene::shell_policy(crate::scene::SHELL));
+                let args = json!({ "command": format!("touch pwned; #{}", "A".repeat(2 << 20)) }).to_string();
+                let r = s.warden(
+                    &ws,
+                    &["--policy", policy.to_str().unwrap(), "call", "shell", "-"],
+                    Some(args.as_bytes()),
+                    None,
+                );
+                let ran = ws.join("pwned").exists();
+                Observed::new(
+                    r.error_code() == "INVALID_ARGS" && r.code == 2 && !ran,
+                    format!("{}; ran: {ran}", r.brief()),
+                )
+            },
+        ),
+        c(
+            "res-args-huge-string/component",
+            "component",
+            "a 2 MiB string argument to the testkit's echo (library executor)",
+            "INVALID_ARGS: more than the 1 MiB accepted; the component never runs",
+            |s| {
+                let k = s.kit("huge-args-c", "[tools.echo]\nplugin = \"kit\"\n");
+                let r = k.call("echo", json!({ "s": "A".repeat(2 << 20) }));
+                Observed::new(code(&r) == "INVALID_ARGS", brief(&r))
+            },
+        ),
+    ]
+}
+
+fn deep_json(s: &Scene, tool: &str) -> Observed {
+    let ws = s.ws(&format!("deep-{tool}"));
+    let policy = if tool == "shell" {
+        Scene::shell_policy(crate::scene::SHELL)
+    } else {
+        format!("{}[tools.echo]\nplugin = \"kit\"\n", kit_header())
+    };
+    let policy = s.policy_file(&policy);
+    let depth = 100_000;
+    let args = format!("{{\"command\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+    let r = s.warden(&ws, &["--policy", policy.to_str().unwrap(), "call", tool, "-"], Some(args.as_bytes()), None);
+    let crashed = r.stderr.contains("panicked") || r.stderr.contains("overflow") || r.code < 0;
+    Observed::new(
+        r.error_code() == "INVALID_ARGS" && r.code == 2 && !crashed,
+        format!("exit {}; {}", r.code, r.brief()),
+    )
+}

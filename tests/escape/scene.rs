@@ -1,0 +1,434 @@
+//! The scene every case runs in: a secret planted outside every workspace, a
+//! fresh workspace per case, the real `warden` binary for process tools and the
+//! library `Executor` for components, and the canaries the cases check.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use warden::approval::{ApproveMode, Approver};
+use warden::audit::AuditLog;
+use warden::policy::Context;
+use warden::{CallResponse, Executor, Policy, Status, ToolCall};
+
+/// The real command line.
+pub(crate) const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
+/// The interpreter the probes are written for (Debian package python3).
+pub(crate) const PYTHON: &str = "/usr/bin/python3";
+/// The hostile test component (`plugins/testkit`).
+pub(crate) const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
+/// Set in warden's own environment to the secret: no tool may ever see it.
+pub(crate) const CANARY_VAR: &str = "WARDEN_ESCAPE_CANARY";
+/// The longest a single warden run may take before the case is called hung.
+const HANG: Duration = Duration::from_secs(90);
+
+/// Everything the cases share.
+pub(crate) struct Scene {
+    _dir: tempfile::TempDir,
+    /// The scene's root (canonical): `outside/`, `ws/<case>/`, `policies/`, `logs/`.
+    pub base: PathBuf,
+    /// A directory no policy grants, holding `secret.txt`.
+    pub outside: PathBuf,
+    /// `outside/secret.txt`, mode 0644: only the sandbox keeps a tool from it.
+    pub secret_file: PathBuf,
+    /// The secret's text (unique per run).
+    pub secret: String,
+    /// The first line of `/etc/shadow`, when the test can read it (as root).
+    pub shadow: Option<String>,
+    /// Whether the test runs as root (the tool then runs as uid 0 without capabilities).
+    pub root: bool,
+    counter: AtomicUsize,
+}
+
+/// One run of the warden binary.
+#[derive(Debug, Default)]
+pub(crate) struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub hung: bool,
+}
+
+impl Run {
+    /// The result document (Null when stdout is not one JSON document).
+    pub(crate) fn doc(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
+    }
+    /// The error code, or "".
+    pub(crate) fn error_code(&self) -> String {
+        self.doc()["error"]["code"].as_str().unwrap_or_default().to_string()
+    }
+    /// The error message, or "".
+    pub(crate) fn error_message(&self) -> String {
+        self.doc()["error"]["message"].as_str().unwrap_or_default().to_string()
+    }
+    /// A process tool's exit code, when it ran.
+    pub(crate) fn exit(&self) -> Option<i64> {
+        self.doc()["result"]["exit_code"].as_i64()
+    }
+    /// A process tool's stdout.
+    pub(crate) fn out(&self) -> String {
+        self.doc()["result"]["stdout"].as_str().unwrap_or_default().to_string()
+    }
+    /// A process tool's stderr.
+    pub(crate) fn err(&self) -> String {
+        self.doc()["result"]["stderr"].as_str().unwrap_or_default().to_string()
+    }
+    /// Whether the call ran and returned a result.
+    pub(crate) fn success(&self) -> bool {
+        self.doc()["status"] == "success"
+    }
+    /// Everything warden printed.
+    pub(crate) fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+    /// A one-line account: the error, or the exit code and the first lines of the streams.
+    pub(crate) fn brief(&self) -> String {
+        if self.hung {
+            return "warden HUNG and was killed".into();
+        }
+        let doc = self.doc();
+        if doc.is_null() {
+            return format!("exit {}; not a result document: {}", self.code, clip(&self.all(), 160));
+        }
+        if doc["status"] != "success" {
+            return format!("{}: {}", self.error_code(), clip(&self.error_message(), 160));
+        }
+        let mut s = format!("exit_code {}", self.exit().map_or("-".into(), |c| c.to_string()));
+        let (out, err) = (self.out(), self.err());
+        if !out.trim().is_empty() {
+            s.push_str(&format!("; stdout {:?}", clip(out.trim(), 140)));
+        }
+        if !err.trim().is_empty() {
+            s.push_str(&format!("; stderr {:?}", clip(err.trim(), 160)));
+        }
+        if doc["truncated"] == true || doc["result"]["truncated"] == true {
+            s.push_str("; truncated");
+        }
+        s
+    }
+}
+
+/// `s` cut to `n` characters, with a marker.
+pub(crate) fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+/// The extra shape of a shell tool's policy.
+#[derive(Clone, Copy)]
+pub(crate) struct Tool<'a> {
+    /// Extra `fs.read` entries.
+    pub read: &'a [&'a str],
+    /// `net.connect` entries.
+    pub net: &'a [&'a str],
+    /// The inside of `limits = { … }`.
+    pub limits: &'a str,
+}
+
+/// A shell tool that reads `{system}` and its workspace, writes its workspace and `{tmp}`.
+pub(crate) const SHELL: Tool<'static> = Tool { read: &[], net: &[], limits: "timeout = \"20s\"" };
+/// The same with `/proc` readable.
+pub(crate) const SHELL_PROC: Tool<'static> = Tool { read: &["/proc"], net: &[], limits: "timeout = \"20s\"" };
+
+/// A library executor over the testkit and builtin `fs` components.
+pub(crate) struct Kit {
+    pub ws: PathBuf,
+    pub exec: Executor,
+}
+
+impl Kit {
+    pub(crate) fn call(&self, tool: &str, args: Value) -> CallResponse {
+        self.exec.call(ToolCall::new(tool, args))
+    }
+}
+
+/// The error code of a component call, or "".
+pub(crate) fn code(r: &CallResponse) -> &'static str {
+    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
+}
+
+/// A one-line account of a component call.
+pub(crate) fn brief(r: &CallResponse) -> String {
+    match (&r.status, &r.error) {
+        (Status::Success, _) => {
+            let text = r.result.as_ref().map(Value::to_string).unwrap_or_default();
+            format!("success{}: {}", if r.truncated { " (truncated)" } else { "" }, clip(&text, 140))
+        }
+        (_, Some(e)) => format!("{}: {}", e.code.as_str(), clip(&e.message, 160)),
+        (s, None) => s.as_str().to_string(),
+    }
+}
+
+/// Everything a component call returned, for leak checks.
+pub(crate) fn text(r: &CallResponse) -> String {
+    format!("{:?} {}", r.error, r.result.as_ref().map(Value::to_string).unwrap_or_default())
+}
+
+impl Scene {
+    pub(crate) fn new() -> Scene {
+        let dir = tempfile::Builder::new().prefix("warden-escape-").tempdir().expect("a temporary directory");
+        let base = dir.path().canonicalize().unwrap();
+        // Traversable by everyone, so a case may run its tool as another uid: only
+        // the sandbox, never file modes, keeps a tool from what lies here.
+        set_mode(&base, 0o755);
+        let outside = base.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        set_mode(&outside, 0o755);
+        for d in ["ws", "policies", "logs", "home"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+            set_mode(&base.join(d), 0o755);
+        }
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let secret = format!("ESCAPE-SECRET-{:x}-{}", nanos, std::process::id());
+        let secret_file = outside.join("secret.txt");
+        std::fs::write(&secret_file, &secret).unwrap();
+        set_mode(&secret_file, 0o644);
+        let shadow = std::fs::read_to_string("/etc/shadow")
+            .ok()
+            .and_then(|s| s.lines().next().map(str::to_string))
+            .filter(|l| {
+                // A line worth looking for: long enough not to occur by chance.
+                l.len() > 12
+            });
+        Scene {
+            _dir: dir,
+            base,
+            outside,
+            secret_file,
+            secret,
+            shadow,
+            root: nix::unistd::geteuid().is_root(),
+            counter: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether `text` holds the secret, warden's canary variable or a line of `/etc/shadow`.
+    pub(crate) fn leaks(&self, text: &str) -> bool {
+        text.contains(&self.secret) || self.shadow.as_deref().is_some_and(|l| text.contains(l))
+    }
+
+    /// `text` with every secret replaced, so that a report never carries one.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut t = text.replace(&self.secret, "[THE SECRET]");
+        if let Some(l) = &self.shadow {
+            t = t.replace(l.as_str(), "[A LINE OF /etc/shadow]");
+        }
+        t
+    }
+
+    /// A fresh, empty workspace for case `id` (canonical).
+    pub(crate) fn ws(&self, id: &str) -> PathBuf {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let ws = self.base.join("ws").join(format!("{}-{n}", id.replace(['/', '.'], "_")));
+        std::fs::create_dir_all(&ws).unwrap();
+        ws.canonicalize().unwrap()
+    }
+
+    /// A directory outside every workspace, for read-only grants and planted files.
+    pub(crate) fn side_dir(&self, name: &str) -> PathBuf {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let d = self.base.join(format!("{name}-{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        set_mode(&d, 0o755);
+        d
+    }
+
+    fn unique(&self, dir: &str, ext: &str) -> PathBuf {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        self.base.join(dir).join(format!("{n}.{ext}"))
+    }
+
+    /// A policy file holding `text`, outside every workspace.
+    pub(crate) fn policy_file(&self, text: &str) -> PathBuf {
+        let p = self.unique("policies", "toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The text of a policy with one `shell` tool (bash, tier auto) shaped by `tool`.
+    pub(crate) fn shell_policy(tool: Tool<'_>) -> String {
+        let quote = |v: &[&str]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
+        let mut read = vec!["{system}", "{workspace}"];
+        read.extend(tool.read);
+        format!(
+            "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+             fs.read = [{}]\nfs.write = [\"{{workspace}}\", \"{{tmp}}\"]\nnet.connect = [{}]\n\
+             env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\nlimits = {{ {} }}\n",
+            quote(&read),
+            quote(tool.net),
+            tool.limits
+        )
+    }
+
+    /// `warden call shell {"command": command}` in `ws` under a policy shaped by `tool`.
+    pub(crate) fn shell(&self, ws: &Path, tool: Tool<'_>, command: &str) -> Run {
+        let policy = self.policy_file(&Scene::shell_policy(tool));
+        let args = serde_json::json!({ "command": command }).to_string();
+        self.warden(ws, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None)
+    }
+
+    /// Writes `script` to `ws/probe.py` and runs it with python3 in the shell tool;
+    /// `then` runs in the same shell afterwards (for example `echo exit=$?`).
+    pub(crate) fn python(&self, ws: &Path, tool: Tool<'_>, script: &str, then: &str) -> Run {
+        std::fs::write(ws.join("probe.py"), script).unwrap();
+        self.shell(ws, tool, &format!("{PYTHON} probe.py; {then}"))
+    }
+
+    /// Runs warden with `args` (after `--audit-log LOG --workspace WS`) in `cwd`
+    /// (default: `ws`), with the canary in its environment, stdin from `stdin`.
+    pub(crate) fn warden(&self, ws: &Path, args: &[&str], stdin: Option<&[u8]>, cwd: Option<&Path>) -> Run {
+        let log = self.unique("logs", "jsonl");
+        self.warden_logged(ws, &log, args, stdin, cwd)
+    }
+
+    /// [`Scene::warden`] with a chosen audit log.
+    pub(crate) fn warden_logged(
+        &self,
+        ws: &Path,
+        log: &Path,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        cwd: Option<&Path>,
+    ) -> Run {
+        let mut c = Command::new(WARDEN);
+        c.current_dir(cwd.unwrap_or(ws))
+            .arg("--audit-log")
+            .arg(log)
+            .arg("--workspace")
+            .arg(ws)
+            .args(args)
+            .env(CANARY_VAR, &self.secret)
+            .env("WARDEN_CACHE_DIR", cache_dir())
+            .env("HOME", self.base.join("home"))
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("RUST_LOG")
+            // Its own process group: a group kill that got through would not reach this test.
+            .process_group(0)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_bounded(c, stdin)
+    }
+
+    /// A library executor over `tools` (TOML tables), with the testkit as plugin
+    /// `kit` and the builtin `fs` component as plugin `fs`, defaults tier auto,
+    /// timeout 1s and memory 32MiB, in a fresh workspace.
+    pub(crate) fn kit(&self, id: &str, tools: &str) -> Kit {
+        let ws = self.ws(id);
+        let text = format!("{}{tools}", kit_header());
+        let ctx = Context { workspace: ws.clone(), home: self.base.join("home"), cache: self.base.join("home") };
+        let policy = Policy::from_text(&text, "escape.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let log = AuditLog::open(&self.unique("logs", "jsonl")).unwrap();
+        let exec = Executor::new(
+            policy,
+            Approver::new(ApproveMode::Deny),
+            log,
+            warden::Options { cache_dir: Some(cache_dir()), sandbox_helper: None },
+        )
+        .unwrap();
+        Kit { ws, exec }
+    }
+}
+
+/// The policy header of [`Scene::kit`] (also usable with the binary).
+pub(crate) fn kit_header() -> String {
+    let sha = hex::encode(Sha256::digest(std::fs::read(TESTKIT).unwrap()));
+    format!(
+        "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"1s\"\nmemory = \"32MiB\"\n\
+         [plugins.kit]\nsource = \"{TESTKIT}\"\nsha256 = \"{sha}\"\n[plugins.fs]\nsource = \"builtin:fs\"\n"
+    )
+}
+
+/// The shared compiled-component cache (one compile for every test target).
+pub(crate) fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache")
+}
+
+pub(crate) fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub(crate) fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0)
+}
+
+/// Spawns `c`, feeds `stdin`, collects both streams, and kills it past [`HANG`].
+pub(crate) fn run_bounded(mut c: Command, stdin: Option<&[u8]>) -> Run {
+    let mut child = c.spawn().expect("cannot start warden");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut pipe, &input);
+        });
+    }
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + HANG;
+    let mut hung = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            hung = true;
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
+    Run { code: status.code().unwrap_or(-1), stdout, stderr, hung }
+}
+
+/// Live (non-zombie) processes whose command line contains `marker`, waiting up
+/// to 5 s for them to go (the host's kill and the reaping take a moment).
+pub(crate) fn survivors(marker: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = scan(marker);
+        if found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn scan(marker: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.filter_map(Result::ok) {
+        let path = e.path();
+        if path.file_name().is_some_and(|n| n == me.as_str()) {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(path.join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+        if cmd.contains(marker) && !zombie && !cmd.contains("cargo") {
+            found.push(format!("{}: {}", path.display(), clip(&cmd, 80)));
+        }
+    }
+    found
+}
