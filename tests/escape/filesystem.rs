@@ -619,11 +619,12 @@ fn symlink_swap_process(s: &Scene) -> Observed {
     )
 }
 
-/// Sums the `uniq -c` counts of the lines containing `needle`.
+/// Sums the `uniq -c` counts of the non-blank lines containing `needle`.
 fn count_lines(out: &str, needle: &str) -> u64 {
     out.lines()
-        .filter(|l| l.contains(needle))
-        .filter_map(|l| l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+        .filter_map(|l| l.trim_start().split_once(' '))
+        .filter(|(_, line)| !line.trim().is_empty() && line.contains(needle))
+        .filter_map(|(n, _)| n.parse::<u64>().ok())
         .sum()
 }
 
