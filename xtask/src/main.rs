@@ -1,5 +1,5 @@
-//! Project chores: `cargo xtask tour` and `cargo xtask plugin new|build|check`
-//! (see `plugin.rs`).
+//! Project chores: `cargo xtask tour`, `cargo xtask plugin new|build|check`
+//! (see `plugin.rs`) and `cargo xtask escape` (see `escape.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod escape;
 mod plugin;
 
 fn main() -> ExitCode {
@@ -16,7 +17,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("tour") => tour(),
         Some("plugin") => plugin::run(&args[1..]),
-        _ => Err(format!("usage: cargo xtask tour\n       {}", plugin::USAGE.trim_start_matches("usage: "))),
+        Some("escape") => escape::run(),
+        _ => Err(format!(
+            "usage: cargo xtask tour\n       cargo xtask escape\n       {}",
+            plugin::USAGE.trim_start_matches("usage: ")
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
