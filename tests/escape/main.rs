@@ -197,7 +197,9 @@ fn the_escape_battery() {
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("escape.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()) {
+        println!("warning: cannot write the report {}: {e}", path.display());
+    }
 
     println!(
         "\nThe escape battery: {} cases, {:.1} s (report: {})\n",

@@ -234,7 +234,7 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         c(
             "priv-capabilities",
-            "read the capability sets, then use CAP_SYS_ADMIN (sethostname to its own name) and CAP_CHOWN (chown to nobody)",
+            "read the capability sets, then use CAP_SYS_ADMIN (sethostname to its own name) and CAP_CHOWN (chown to another user)",
             "every capability set is 0 (bounding set too, as root), NoNewPrivs 1, Seccomp 2; both uses Operation not permitted",
             capabilities,
         ),
@@ -513,11 +513,13 @@ fn setuid(s: &Scene) -> Observed {
 
 fn capabilities(s: &Scene) -> Observed {
     let ws = s.ws("caps");
+    // chown to another user than the tool's own (a chown to oneself needs no capability).
     let r = s.shell(
         &ws,
         SHELL_PROC,
         "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status; \
-         hostname \"$(hostname)\"; echo hostname=$?; touch f; chown 65534 f; echo chown=$?",
+         hostname \"$(hostname)\"; echo hostname=$?; touch f; u=$(id -u); if [ $u = 0 ]; then t=65534; else t=0; fi; \
+         chown $t f; echo chown=$?; echo uid=$u",
     );
     let out = r.out();
     let mut want = vec![
@@ -534,12 +536,13 @@ fn capabilities(s: &Scene) -> Observed {
         want.push("CapBnd:\t0000000000000000");
     }
     let missing: Vec<&&str> = want.iter().filter(|w| !out.contains(**w)).collect();
-    let owner = std::fs::metadata(ws.join("f")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-    let ok = r.success() && missing.is_empty() && owner != 65534;
+    let uid: Option<u32> = out.lines().find_map(|l| l.strip_prefix("uid=")).and_then(|u| u.parse().ok());
+    let owner = std::fs::metadata(ws.join("f")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();
+    let ok = r.success() && missing.is_empty() && uid.is_some() && owner == uid;
     Observed::new(
         ok,
         format!(
-            "{}; missing {missing:?}; f owned by {owner}",
+            "{}; missing {missing:?}; f owned by {owner:?}",
             out.replace('\t', " ").lines().collect::<Vec<_>>().join(", ")
         ),
     )
