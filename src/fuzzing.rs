@@ -59,7 +59,9 @@ pub fn args_and_shape(data: &[u8]) {
         jsonschema::draft202012::new(&exec.schema()).ok()
     });
     if let Some(v) = validator {
-        let _ = v.iter_errors(&value).map(|e| e.to_string()).count();
+        for e in v.iter_errors(&value) {
+            assert!(!e.to_string().is_empty(), "a violation without a message");
+        }
     }
     let max = 64 + usize::from(first) * 64;
     let (shaped, _cut) = shape::truncate(shape::sanitize(value), max);

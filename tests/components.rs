@@ -31,12 +31,15 @@ fn kit(extra: &str) -> Kit {
     let ws = ws.canonicalize().unwrap();
     let sha = hex::encode(Sha256::digest(std::fs::read(TESTKIT).unwrap()));
     let mut text = format!(
-        "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"1s\"\nmemory = \"32MiB\"\n\
+        "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"20s\"\nmemory = \"32MiB\"\n\
          [plugins.kit]\nsource = \"{TESTKIT}\"\nsha256 = \"{sha}\"\n"
     );
-    for tool in ["echo", "env", "spin", "grow", "flood", "recurse", "deep", "read"] {
+    // A generous timeout, so that a loaded machine does not turn a limit into a
+    // TIMEOUT; `spin` alone has 1s, the timeout it tests.
+    for tool in ["echo", "env", "grow", "flood", "recurse", "deep", "read"] {
         text.push_str(&format!("[tools.{tool}]\nplugin = \"kit\"\nfs.read = [\"{{workspace}}\"]\n"));
     }
+    text.push_str("[tools.spin]\nplugin = \"kit\"\nlimits = { timeout = \"1s\" }\n");
     text.push_str("[tools.huge]\nplugin = \"kit\"\nlimits = { memory = \"128MiB\" }\n");
     text.push_str("[tools.write]\nplugin = \"kit\"\nfs.read = [\"{workspace}\"]\n");
     text.push_str(extra);

@@ -68,7 +68,11 @@ def test_sigkill_during_8_clients_loses_no_record(warden):
     threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    # Kill it in full flight: once calls are completing (however loaded the machine is).
+    deadline = time.monotonic() + 120
+    while len(received) < 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
     os.kill(p.pid, signal.SIGKILL)
     p.wait(timeout=10)
     stop.set()
