@@ -85,7 +85,7 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "pol-auto-rule-option-write",
             "`git diff --no-index --output=OUTSIDE/planted a b`: a write smuggled into an auto-tier git command as an option",
-            "it runs (tier auto) and the sandbox refuses the write outside: nothing planted",
+            "a default-policy rule makes it confirm: APPROVAL_REQUIRED without approval, nothing planted",
             |s| {
                 let ws = s.ws("auto-git");
                 std::fs::write(ws.join("a"), "a\n").unwrap();
@@ -94,7 +94,8 @@ pub(crate) fn cases() -> Vec<Case> {
                 let cmd = format!("git diff --no-index --output={} a b", planted.display());
                 let r = s.warden(&ws, &["call", "shell", &json!({ "command": cmd }).to_string()], None, None);
                 let made = planted.exists();
-                Observed::new(r.success() && r.exit() != Some(0) && !made, format!("{}; planted: {made}", r.brief()))
+                let asked = r.doc()["error"]["code"] == "APPROVAL_REQUIRED";
+                Observed::new(asked && !made, format!("{}; planted: {made}", r.brief()))
             },
         ),
         c(
