@@ -67,7 +67,17 @@ pub fn args_and_shape(data: &[u8]) {
     let (shaped, _cut) = shape::truncate(shape::sanitize(value), max);
     let text = serde_json::to_string(&shaped).unwrap_or_default();
     assert!(text.len() <= max, "shaped to {} bytes, over {max}", text.len());
-    assert!(!text.contains("\\u001b"), "a terminal escape survived sanitising");
+    assert!(!has_escape(&shaped), "a terminal escape survived sanitising: {text}");
+}
+
+/// Whether any string or key in `v` holds an ESC character.
+fn has_escape(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\u{1b}'),
+        Value::Array(a) => a.iter().any(has_escape),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\u{1b}') || has_escape(v)),
+        _ => false,
+    }
 }
 
 /// The MCP stdio frame gate: any line either passes or is answered with a

@@ -1,5 +1,6 @@
 //! Project chores: `cargo xtask tour`, `cargo xtask plugin new|build|check`
-//! (see `plugin.rs`) and `cargo xtask escape` (see `escape.rs`).
+//! (see `plugin.rs`), `cargo xtask escape` (see `escape.rs`) and
+//! `cargo xtask fuzz` (see `fuzz.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod escape;
+mod fuzz;
 mod plugin;
 
 fn main() -> ExitCode {
@@ -18,9 +20,11 @@ fn main() -> ExitCode {
         Some("tour") => tour(),
         Some("plugin") => plugin::run(&args[1..]),
         Some("escape") => escape::run(),
+        Some("fuzz") => fuzz::run(&root(), &args[1..]),
         _ => Err(format!(
-            "usage: cargo xtask tour\n       cargo xtask escape\n       {}",
-            plugin::USAGE.trim_start_matches("usage: ")
+            "usage: cargo xtask tour\n       cargo xtask escape\n       {}\n       {}",
+            plugin::USAGE.trim_start_matches("usage: "),
+            fuzz::USAGE.trim_start_matches("usage: ")
         )),
     };
     match result {
