@@ -289,6 +289,34 @@ fn a_network_grant_opens_exactly_its_port() {
     assert!(other.accept().is_err());
 }
 
+/// UDP only for DNS: a grant that names a host needs the program's own lookup
+/// (a datagram to the resolver); grants that are all addresses need none.
+#[test]
+fn udp_only_when_a_grant_names_a_host() {
+    let env = Env::new();
+    let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "import socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {port}))\n    \
+         print('UDP-SENT')\nexcept OSError as e:\n    print('UDP-REFUSED', e.errno)\n"
+    );
+    std::fs::write(env.ws.join("probe.py"), script).unwrap();
+    let mut seen = Vec::new();
+    for (grant, expect) in [("127.0.0.1:9", "UDP-REFUSED 1"), ("localhost:9", "UDP-SENT")] {
+        let text = std::fs::read_to_string(policy(&env, "", "timeout = \"10s\"")).unwrap()
+            + &format!("net.connect = [\"{grant}\"]\n");
+        let p = env.root.path().join("udp.toml");
+        std::fs::write(&p, text).unwrap();
+        let r = shell_with(&env, &p.display().to_string(), &format!("{PYTHON} probe.py"));
+        let out = result(&r)["stdout"].as_str().unwrap().to_string();
+        assert!(out.contains(expect), "grant {grant}: {r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        seen.push(listener.recv_from(&mut [0u8; 16]).is_ok());
+    }
+    assert_eq!(seen, [false, true], "a datagram arrived only under the host-name grant");
+}
+
 #[test]
 fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
     let env = Env::new();

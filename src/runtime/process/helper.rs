@@ -182,6 +182,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     // 9. seccomp, last.
     let filters = seccomp::build(seccomp::Target {
         net: spec.net_ports.is_some(),
+        udp: spec.udp,
         host_pid: spec.parent_pid,
         host_pgid,
         uid0: nix::unistd::getuid().is_root(),

@@ -407,6 +407,7 @@ impl ProcessRuntime {
             read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
             write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
             net_ports: if walls.net.is_empty() { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
+            udp: walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()),
             limits: RlimitSpec {
                 cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
                 address_space: limits.memory,

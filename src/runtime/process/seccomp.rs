@@ -2,8 +2,11 @@
 //! just before `execve` ([`apply_to_current_thread`]).
 //!
 //! * `socket()`: nothing without a network grant; with one, `AF_INET`/`AF_INET6`
-//!   with protocol 0, TCP or UDP, never raw or packet (this also closes
-//!   Landlock's MPTCP gap, protocol 262). `AF_UNIX` sockets are refused too:
+//!   stream sockets with protocol 0 or TCP (this also closes Landlock's MPTCP
+//!   gap, protocol 262, and SCTP, which protocol 0 selects for
+//!   `SOCK_SEQPACKET`); datagram sockets (protocol 0 or UDP) only when a grant
+//!   names a host, which the program must resolve over DNS itself: Landlock
+//!   does not filter UDP, so without that need there is none. `AF_UNIX` sockets are refused too:
 //!   Landlock does not mediate `connect()` to a pathname socket, so a tool could
 //!   otherwise reach any daemon socket its uid may write (Docker, D-Bus,
 //!   systemd) wherever it lives. `socketpair(AF_UNIX)` stays allowed: its two
@@ -125,8 +128,10 @@ fn x32_guard() -> BpfProgram {
 /// Who the filters protect besides the kernel.
 #[derive(Debug, Clone, Copy)]
 pub struct Target {
-    /// Allow IP sockets (the tool has a network grant).
+    /// Allow IP stream sockets (the tool has a network grant).
     pub net: bool,
+    /// Allow UDP sockets too (a grant names a host, resolved over DNS by the program).
+    pub udp: bool,
     /// The host's pid: no signal may reach it.
     pub host_pid: u32,
     /// The host's process group.
@@ -155,9 +160,12 @@ const UID0_EPERM_CALLS: &[i64] = &[
     466, // removexattrat
 ];
 
+/// `SOCK_PACKET` (10): the obsolete packet type, which `libc` marks deprecated.
+const SOCK_PACKET: i32 = 10;
+
 /// The filters, in the order they are installed.
 pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
-    let net = target.net;
+    let (net, udp) = (target.net, target.net && target.udp);
     let arch = TargetArch::x86_64;
     let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction| -> Result<BpfProgram, String> {
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(|e| e.to_string())?;
@@ -183,18 +191,28 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
     let socket_rules = if net {
         let mut rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?])?];
+        let mut protocols = vec![0, libc::IPPROTO_TCP as u64];
+        // Every socket type but a stream (and a datagram, when UDP is allowed);
+        // the low four bits, so SOCK_NONBLOCK and SOCK_CLOEXEC do not matter.
+        let mut refused_types =
+            vec![libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, SOCK_PACKET];
+        if udp {
+            protocols.push(libc::IPPROTO_UDP as u64);
+        } else {
+            refused_types.push(libc::SOCK_DGRAM);
+        }
         for family in [inet, inet6] {
-            rules.push(rule(vec![
-                cond(0, Len::Dword, Op::Eq, family)?,
-                cond(2, Len::Dword, Op::Ne, 0)?,
-                cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
-                cond(2, Len::Dword, Op::Ne, libc::IPPROTO_UDP as u64)?,
-            ])?);
-            // Raw and packet sockets, whatever the protocol.
-            rules.push(rule(vec![
-                cond(0, Len::Dword, Op::Eq, family)?,
-                cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
-            ])?);
+            let mut other_protocol = vec![cond(0, Len::Dword, Op::Eq, family)?];
+            for p in &protocols {
+                other_protocol.push(cond(2, Len::Dword, Op::Ne, *p)?);
+            }
+            rules.push(rule(other_protocol)?);
+            for t in &refused_types {
+                rules.push(rule(vec![
+                    cond(0, Len::Dword, Op::Eq, family)?,
+                    cond(1, Len::Dword, Op::MaskedEq(0xf), *t as u64)?,
+                ])?);
+            }
         }
         rules
     } else {
@@ -242,8 +260,10 @@ mod tests {
 
     #[test]
     fn filters_build_for_every_setting() {
-        for (net, uid0) in [(false, false), (true, false), (false, true), (true, true)] {
-            let target = Target { net, host_pid: 4242, host_pgid: 4242, uid0 };
+        for (net, udp, uid0) in
+            [(false, false, false), (true, false, false), (true, true, false), (false, false, true), (true, true, true)]
+        {
+            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0 };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));

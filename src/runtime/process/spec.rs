@@ -28,6 +28,10 @@ pub struct SandboxSpec {
     pub write: Vec<PathBuf>,
     /// TCP ports `connect` may reach; `socket()` is refused for every family when `None`.
     pub net_ports: Option<Vec<u16>>,
+    /// UDP sockets too (with `net_ports`): a grant names a host, which the
+    /// program resolves over DNS itself. Otherwise only TCP.
+    #[serde(default)]
+    pub udp: bool,
     /// Resource limits.
     pub limits: RlimitSpec,
     /// A pids cgroup (its `cgroup.procs` file) the helper joins before anything else.
