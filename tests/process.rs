@@ -533,6 +533,40 @@ fn as_root_the_tool_runs_as_the_workspace_owner() {
     assert_eq!(result(&r)["stdout"], "65534\n65534\n65534\nTMP-OK\n", "{r:?}");
 }
 
+/// As root `{tmp}` is a tmpfs of `limits.tmp_size` bytes with the granted
+/// directories under it, private to the call: the host's directory stays empty.
+#[test]
+fn as_root_tmp_is_a_bounded_tmpfs_of_its_own() {
+    let env = Env::new();
+    let text = format!(
+        "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{{system}}\", \"{{workspace}}\"]\nfs.write = [\"{{tmp}}\", \"{{tmp}}/cache/deep\"]\n\
+         env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\n\
+         limits = {{ timeout = \"10s\", tmp_size = \"1MiB\", tmp_files = 50 }}\n"
+    );
+    let p = env.root.path().join("tmpfs.toml");
+    std::fs::write(&p, text).unwrap();
+    let r = shell_with(
+        &env,
+        &p.display().to_string(),
+        "stat -f -c %T \"$HOME\"; echo x > \"$HOME/cache/deep/f\" && echo DEEP-OK; \
+         head -c 2097152 /dev/zero > \"$HOME/big\" 2>/dev/null || echo FULL; \
+         for i in $(seq 1 80); do touch \"$HOME/n$i\" 2>/dev/null || { echo INODES-AT-$i; break; }; done; \
+         echo HOST-TMP=$HOME",
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("DEEP-OK"), "a grant under {{tmp}} is there and writable: {r:?}");
+    let host_tmp = out.lines().find_map(|l| l.strip_prefix("HOST-TMP=")).unwrap().to_string();
+    assert!(!Path::new(&host_tmp).exists(), "{{tmp}} is removed after the call");
+    if nix::unistd::geteuid().is_root() {
+        assert!(out.starts_with("tmpfs\n"), "{r:?}");
+        assert!(out.contains("FULL"), "2 MiB does not fit in tmp_size = 1MiB: {r:?}");
+        assert!(out.contains("INODES-AT-"), "80 files do not fit in tmp_files = 50: {r:?}");
+    } else {
+        eprintln!("not root: {{tmp}} is a plain directory (the documented limit); checked the grants only");
+    }
+}
+
 #[test]
 fn the_program_cannot_forge_the_sandbox_report() {
     let env = Env::new();

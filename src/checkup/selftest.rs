@@ -73,13 +73,22 @@ impl Scene {
             processes: 16,
             open_files: 64,
             file_size: 1 << 20,
+            tmp_size: 4 << 20,
+            tmp_files: 64,
         }
     }
 
     fn walls(&self, extra_read: &[PathBuf], timeout: Duration) -> Walls {
         let mut dirs = vec![(self.ws.clone(), true)];
         dirs.extend(extra_read.iter().filter(|p| p.exists()).map(|p| (p.clone(), false)));
-        Walls { dirs, env: Vec::new(), net: Vec::new(), limits: Scene::limits(timeout), workspace: self.ws.clone() }
+        Walls {
+            dirs,
+            env: Vec::new(),
+            net: Vec::new(),
+            limits: Scene::limits(timeout),
+            workspace: self.ws.clone(),
+            has_tmp: false,
+        }
     }
 }
 

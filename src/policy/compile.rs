@@ -11,9 +11,9 @@ use toml::Spanned;
 use super::schema::{RawLimits, RawPolicy, RawRule, RawTool};
 use super::{
     ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES,
-    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, ExecSpec, GrantPath, Grants, Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant,
-    PluginKind, PluginSource, PluginSpec, Policy, PolicyError, Problem, Rule, Runner, SERVER_TOOL_SEPARATOR,
-    ServerSpec, Tier, ToolSpec,
+    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, ExecSpec, GrantPath, Grants, Limits,
+    MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginKind, PluginSource, PluginSpec, Policy, PolicyError, Problem,
+    Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
 };
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
@@ -138,6 +138,8 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         processes: DEFAULT_PROCESSES,
         open_files: DEFAULT_OPEN_FILES,
         file_size: DEFAULT_FILE_SIZE,
+        tmp_size: DEFAULT_TMP_SIZE,
+        tmp_files: DEFAULT_TMP_FILES,
     };
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
 
@@ -371,7 +373,9 @@ fn compile_server_tool(
                 || l.cpu.is_some()
                 || l.processes.is_some()
                 || l.open_files.is_some()
-                || l.file_size.is_some(),
+                || l.file_size.is_some()
+                || l.tmp_size.is_some()
+                || l.tmp_files.is_some(),
         ),
     ];
     for (key, set) in refused {
@@ -592,11 +596,13 @@ fn compile_rules(c: &mut Checker<'_>, name: &str, raw_rules: &[Spanned<RawRule>]
 
 fn tool_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits, process: bool) -> Limits {
     if !process {
-        let process_only: [(&str, Option<Range<usize>>); 4] = [
+        let process_only: [(&str, Option<Range<usize>>); 6] = [
             ("cpu", l.cpu.as_ref().map(Spanned::span)),
             ("processes", l.processes.as_ref().map(Spanned::span)),
             ("open_files", l.open_files.as_ref().map(Spanned::span)),
             ("file_size", l.file_size.as_ref().map(Spanned::span)),
+            ("tmp_size", l.tmp_size.as_ref().map(Spanned::span)),
+            ("tmp_files", l.tmp_files.as_ref().map(Spanned::span)),
         ];
         for (key, span) in process_only {
             if let Some(span) = span {
@@ -619,11 +625,17 @@ fn tool_limits(c: &mut Checker<'_>, name: &str, l: &RawLimits, defaults: &Limits
         processes: l.processes.as_ref().map_or(defaults.processes, |p| *p.get_ref()),
         open_files: l.open_files.as_ref().map_or(defaults.open_files, |p| *p.get_ref()),
         file_size: l.file_size.as_ref().map_or(defaults.file_size, |p| p.get_ref().0),
+        tmp_size: l.tmp_size.as_ref().map_or(defaults.tmp_size, |p| p.get_ref().0),
+        tmp_files: l.tmp_files.as_ref().map_or(defaults.tmp_files, |p| *p.get_ref()),
     };
     if !process && limits.memory > MAX_COMPONENT_MEMORY {
         c.problem(0..0, format!("tool {name}: limits.memory is above 4GiB, more than a component can address"));
     }
-    for (key, value, min) in [("processes", l.processes.as_ref(), 1u32), ("open_files", l.open_files.as_ref(), 8)] {
+    for (key, value, min) in [
+        ("processes", l.processes.as_ref(), 1u32),
+        ("open_files", l.open_files.as_ref(), 8),
+        ("tmp_files", l.tmp_files.as_ref(), 1),
+    ] {
         if let Some(v) = value.filter(|v| *v.get_ref() < min) {
             c.problem(v.span(), format!("tool {name}: limits.{key} must be at least {min}"));
         }

@@ -45,6 +45,10 @@ pub const DEFAULT_PROCESSES: u32 = 64;
 pub const DEFAULT_OPEN_FILES: u32 = 256;
 /// Default largest file a process tool may write.
 pub const DEFAULT_FILE_SIZE: u64 = 256 << 20;
+/// Default `limits.tmp_size`: the size of a process tool's `{tmp}` file system.
+pub const DEFAULT_TMP_SIZE: u64 = 256 << 20;
+/// Default `limits.tmp_files`: the files and directories a process tool's `{tmp}` may hold.
+pub const DEFAULT_TMP_FILES: u32 = 10_000;
 
 /// How much a call needs a person's say-so. Ordered from least to most strict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
@@ -267,6 +271,10 @@ pub struct Limits {
     pub open_files: u32,
     /// Largest file written (processes; `RLIMIT_FSIZE`).
     pub file_size: u64,
+    /// The bytes `{tmp}` may hold (processes, as root: a private tmpfs of this size).
+    pub tmp_size: u64,
+    /// The files and directories `{tmp}` may hold (processes, as root: the tmpfs's inodes).
+    pub tmp_files: u32,
 }
 
 /// What runs a tool.

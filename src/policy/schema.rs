@@ -121,6 +121,8 @@ pub(crate) struct RawLimits {
     pub(crate) processes: Option<Spanned<u32>>,
     pub(crate) open_files: Option<Spanned<u32>>,
     pub(crate) file_size: Option<Spanned<PolicySize>>,
+    pub(crate) tmp_size: Option<Spanned<PolicySize>>,
+    pub(crate) tmp_files: Option<Spanned<u32>>,
 }
 
 /// `[[tools.NAME.rule]]`

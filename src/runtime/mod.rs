@@ -75,6 +75,10 @@ pub struct SandboxReport {
     pub dirs: Vec<String>,
     /// The TCP destinations it could reach.
     pub net: Vec<String>,
+    /// Whether the call's `{tmp}` was a tmpfs of its own bounded by
+    /// `limits.tmp_size` and `tmp_files` (processes with a `{tmp}` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tmp_quota: Option<bool>,
 }
 
 /// What a tool returned.
@@ -101,6 +105,8 @@ pub struct Walls {
     pub limits: Limits,
     /// The workspace (relative paths are joined to it).
     pub workspace: PathBuf,
+    /// Whether the call has a `{tmp}`.
+    pub has_tmp: bool,
 }
 
 impl Walls {
@@ -142,7 +148,14 @@ impl Walls {
             };
             env.push((k.clone(), v));
         }
-        let walls = Walls { dirs, env, net: g.net.clone(), limits: tool.limits, workspace: workspace.to_path_buf() };
+        let walls = Walls {
+            dirs,
+            env,
+            net: g.net.clone(),
+            limits: tool.limits,
+            workspace: workspace.to_path_buf(),
+            has_tmp: tmp.is_some(),
+        };
         Ok((walls, tmp))
     }
 

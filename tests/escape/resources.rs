@@ -190,53 +190,58 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "res-disk-fill/process",
             "process",
-            "fill {tmp}: 24 files of 2 MiB each under limits.file_size = 1MiB",
-            "documented limit (no disk quota): each file stops at 1 MiB, the total is not bounded; {tmp} is removed after the call",
+            "fill {tmp}: 24 files of 1 MiB under limits.tmp_size = 8MiB",
+            "as root: ENOSPC once 8 MiB are written ({tmp} is a tmpfs of that size); {tmp} is removed after the call",
             |s| {
-                const LIMIT: &str = "No disk quota";
+                const LIMIT: &str = "No disk quota without root";
                 let ws = s.ws("diskfill");
                 let r = s.shell(
                     &ws,
-                    tool("timeout = \"30s\", file_size = \"1MiB\""),
-                    "cd \"$HOME\" && for i in $(seq 1 24); do (head -c 2097152 /dev/zero > f$i) 2>/dev/null; done; \
-                     echo tmp=$HOME; echo total=$(cat f* | wc -c); echo largest=$(for f in f*; do wc -c < $f; done | sort -n | tail -1)",
+                    tool("timeout = \"30s\", tmp_size = \"8MiB\""),
+                    "cd \"$HOME\" && for i in $(seq 1 24); do head -c 1048576 /dev/zero > f$i || echo refused; done 2>&1; \
+                     echo tmp=$HOME; echo total=$(cat f* | wc -c)",
                 );
                 let out = r.out();
                 let tmp = value(&out, "tmp=").unwrap_or_default().to_string();
-                let total: u64 = value(&out, "total=").and_then(|v| v.parse().ok()).unwrap_or(0);
-                let largest: u64 = value(&out, "largest=").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                let total: u64 = value(&out, "total=").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                let nospace = out.contains("No space left on device");
                 let removed = !tmp.is_empty() && !Path::new(&tmp).exists();
-                Observed::limit(
-                    LIMIT,
-                    r.success() && largest <= 1 << 20 && removed,
-                    format!(
-                        "wrote {total} bytes in total, largest file {largest} bytes; {{tmp}} removed after the call: {removed}"
-                    ),
-                )
+                let seen = format!(
+                    "wrote {total} bytes in total; ENOSPC: {nospace}; {{tmp}} removed after the call: {removed}"
+                );
+                if s.root {
+                    Observed::new(r.success() && nospace && total <= 8 << 20 && removed, seen)
+                } else {
+                    Observed::limit(LIMIT, r.success() && removed, seen)
+                }
             },
         ),
         c(
             "res-file-count/process",
             "process",
-            "create 5000 empty files in {tmp}",
-            "documented limit (no disk quota): nothing bounds the number of files; {tmp} is removed after the call",
+            "create 5000 empty files in {tmp} under limits.tmp_files = 1000",
+            "as root: ENOSPC after 1000 files (the tmpfs's inodes); {tmp} is removed after the call",
             |s| {
-                const LIMIT: &str = "No disk quota";
+                const LIMIT: &str = "No disk quota without root";
                 let ws = s.ws("filecount");
                 let r = s.shell(
                     &ws,
-                    tool("timeout = \"30s\""),
-                    "cd \"$HOME\" && seq 1 5000 | xargs touch; echo tmp=$HOME; echo files=$(ls | wc -l)",
+                    tool("timeout = \"30s\", tmp_files = 1000"),
+                    "cd \"$HOME\" && seq 1 5000 | xargs touch 2>&1 | sort -u | head -c 300; \
+                     echo; echo tmp=$HOME; echo files=$(ls | wc -l)",
                 );
                 let out = r.out();
                 let tmp = value(&out, "tmp=").unwrap_or_default().to_string();
-                let files = value(&out, "files=").unwrap_or("?").to_string();
+                let files: u64 = value(&out, "files=").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+                let nospace = out.contains("No space left on device");
                 let removed = !tmp.is_empty() && !Path::new(&tmp).exists();
-                Observed::limit(
-                    LIMIT,
-                    r.success() && removed,
-                    format!("created {files} files; {{tmp}} removed after the call: {removed}"),
-                )
+                let seen =
+                    format!("created {files} files; ENOSPC: {nospace}; {{tmp}} removed after the call: {removed}");
+                if s.root {
+                    Observed::new(r.success() && nospace && files <= 1000 && removed, seen)
+                } else {
+                    Observed::limit(LIMIT, r.success() && removed, seen)
+                }
             },
         ),
         c(

@@ -8,7 +8,8 @@
 //!    server, on the host socket itself (its requests arrive there);
 //! 2. starts a new session and process group (the host kills the whole group);
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
-//! 4. joins the per-call pids cgroup (as root);
+//! 4. joins the per-call pids cgroup (as root), and mounts `{tmp}` as a tmpfs of
+//!    its own in a private mount namespace (as root; [`tmpfs`]);
 //! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root);
 //! 6. as root: locks the securebits, becomes the workspace owner when that is
 //!    not root (and asks for the parent-death signal again: a uid change clears
@@ -29,6 +30,7 @@ use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
 use super::limits;
 use super::seccomp;
 use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
+use super::tmpfs;
 
 /// The first argument that makes `warden` the sandbox helper.
 pub const HELPER_ARG: &str = "--warden-sandbox-helper";
@@ -140,6 +142,16 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         std::fs::write(procs, std::process::id().to_string())
             .map_err(|e| format!("cannot join the pids cgroup {}: {e}", procs.display()))?;
         r.cgroup = true;
+    }
+
+    // 4b. {tmp} as a tmpfs of its own (as root, while the capabilities last).
+    if let Some(quota) = &spec.tmp_quota {
+        let granted: Vec<&std::path::Path> = spec.read.iter().chain(&spec.write).map(|p| p.as_path()).collect();
+        match tmpfs::mount_private_tmp(quota, spec.run_as.unwrap_or((0, 0)), &granted) {
+            Ok(()) => r.tmp_quota = true,
+            Err(e) if quota.required => return Err(e),
+            Err(_) => r.tmp_quota = false,
+        }
     }
 
     // 5. rlimits.

@@ -17,6 +17,7 @@ pub mod landlock;
 pub mod limits;
 pub mod seccomp;
 pub mod spec;
+pub mod tmpfs;
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -31,7 +32,7 @@ use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use self::spec::{HelperReport, MAX_REPORT, RlimitSpec, SandboxSpec};
+use self::spec::{HelperReport, MAX_REPORT, RlimitSpec, SandboxSpec, TmpQuota};
 use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
@@ -340,7 +341,7 @@ impl ProcessRuntime {
                 json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
         }
         if self.mode == SandboxMode::BestEffort {
-            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup});
+            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota});
         }
         Ok(RunOutput { value, usage, sandbox: Some(self.confirmed(walls, &report)) })
     }
@@ -414,6 +415,15 @@ impl ProcessRuntime {
                 processes,
                 open_files: u64::from(limits.open_files),
                 file_size: limits.file_size,
+            },
+            tmp_quota: match tmp {
+                Some(path) if self.support.root => Some(TmpQuota {
+                    path: path.to_path_buf(),
+                    size: limits.tmp_size,
+                    files: limits.tmp_files,
+                    required: self.mode == SandboxMode::Enforce,
+                }),
+                _ => None,
             },
             cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
             run_as,
@@ -492,6 +502,7 @@ impl ProcessRuntime {
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
         confirmed.uid = Some(report.uid);
+        confirmed.tmp_quota = walls.has_tmp.then_some(report.tmp_quota);
         // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
         confirmed.processes = Some(match (report.cgroup, self.support.root) {
             (true, _) => "pids-cgroup",
@@ -519,6 +530,7 @@ impl ProcessRuntime {
             ),
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
+            tmp_quota: walls.has_tmp.then_some(self.support.root),
         }
     }
 }

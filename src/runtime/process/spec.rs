@@ -34,6 +34,9 @@ pub struct SandboxSpec {
     pub udp: bool,
     /// Resource limits.
     pub limits: RlimitSpec,
+    /// `{tmp}` as a tmpfs of its own (as root; see [`super::tmpfs`]).
+    #[serde(default)]
+    pub tmp_quota: Option<TmpQuota>,
     /// A pids cgroup (its `cgroup.procs` file) the helper joins before anything else.
     pub cgroup_procs: Option<PathBuf>,
     /// Run as this uid and gid (only when warden runs as root).
@@ -51,6 +54,19 @@ pub struct SandboxSpec {
     /// server reads its requests there); otherwise stdin is `/dev/null`.
     #[serde(default)]
     pub stdin_from_host: bool,
+}
+
+/// The bounds of the call's `{tmp}` file system.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TmpQuota {
+    /// The `{tmp}` directory the host created.
+    pub path: PathBuf,
+    /// Its size in bytes (`limits.tmp_size`).
+    pub size: u64,
+    /// The files and directories it may hold (`limits.tmp_files`).
+    pub files: u32,
+    /// Fail when it cannot be mounted (enforce mode); otherwise report it absent.
+    pub required: bool,
 }
 
 /// The rlimits of one call.
@@ -88,6 +104,9 @@ pub struct HelperReport {
     pub uid: u32,
     /// Whether the pids cgroup holds the tree.
     pub cgroup: bool,
+    /// Whether `{tmp}` is a tmpfs of its own, bounded by `limits.tmp_size` and `tmp_files`.
+    #[serde(default)]
+    pub tmp_quota: bool,
 }
 
 /// The helper's report channel (close-on-exec).

@@ -314,8 +314,11 @@ impl ComponentRuntime {
                 processes: 1,
                 open_files: 1,
                 file_size: 0,
+                tmp_size: 0,
+                tmp_files: 0,
             },
             workspace: PathBuf::from("/"),
+            has_tmp: false,
         };
         let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
         let tools = pre
@@ -514,6 +517,7 @@ impl ComponentRuntime {
             processes: None,
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
+            tmp_quota: None,
         }
     }
 }
