@@ -538,12 +538,10 @@ fn as_root_the_tool_runs_as_the_workspace_owner() {
 #[test]
 fn as_root_tmp_is_a_bounded_tmpfs_of_its_own() {
     let env = Env::new();
-    let text = format!(
-        "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
-         fs.read = [\"{{system}}\", \"{{workspace}}\"]\nfs.write = [\"{{tmp}}\", \"{{tmp}}/cache/deep\"]\n\
-         env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\n\
-         limits = {{ timeout = \"10s\", tmp_size = \"1MiB\", tmp_files = 50 }}\n"
-    );
+    let text = "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{tmp}\", \"{tmp}/cache/deep\"]\n\
+         env = { pass = [\"PATH\"], set = { HOME = \"{tmp}\" } }\n\
+         limits = { timeout = \"10s\", tmp_size = \"1MiB\", tmp_files = 50 }\n";
     let p = env.root.path().join("tmpfs.toml");
     std::fs::write(&p, text).unwrap();
     let r = shell_with(
