@@ -127,6 +127,22 @@ fn still_there(file: &File, path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Fails when `file` carries the immutable attribute (`chattr +i`), which the
+/// kernel checks at each write: a log made immutable after warden opened it
+/// would otherwise fail only after the tool ran.
+fn not_immutable(file: &File) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, statx};
+    let st = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
+    let immutable = StatxAttributes::IMMUTABLE;
+    if st.stx_attributes_mask.contains(immutable) && st.stx_attributes.contains(immutable) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the log file is immutable (chattr +i): no record can be appended; `chattr -i` it, or use another log",
+        ));
+    }
+    Ok(())
+}
+
 /// The default log path: `$XDG_STATE_HOME/warden/audit.jsonl` or `~/.local/state/warden/audit.jsonl`.
 pub fn default_path() -> PathBuf {
     let state =
@@ -156,12 +172,14 @@ impl AuditLog {
     }
 
     /// Whether a record written now would be durable at the log's path: the
-    /// file is still linked there (not removed or replaced), its file system is
-    /// writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
+    /// file is still linked there (not removed or replaced), is not immutable
+    /// (`chattr +i` refuses every write, even to an open descriptor), and its
+    /// file system is writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
     /// before a tool runs, so that a call without a record never runs.
     pub fn check_writable(&self) -> std::io::Result<()> {
         let guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         still_there(&guard.0, &self.path)?;
+        not_immutable(&guard.0)?;
         let fs = nix::sys::statvfs::fstatvfs(&guard.0).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
             return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));

@@ -66,6 +66,31 @@ fn a_replaced_log_stops_the_call_and_is_not_written_to() {
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "a record went into the replacement file");
 }
 
+/// A log made immutable (`chattr +i`) after warden opened it refuses every
+/// write, even through the open descriptor: the call must not run. Setting the
+/// attribute needs `CAP_LINUX_IMMUTABLE` (root) and a file system that keeps it.
+#[test]
+fn an_immutable_log_stops_the_call_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (exec, ws, log) = executor(dir.path());
+    assert_eq!(write(&exec, "before.txt").status, Status::Success);
+    let set = std::process::Command::new("chattr").arg("+i").arg(&log).status();
+    if !set.as_ref().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: chattr +i needs root and a file system with attributes ({set:?})");
+        return;
+    }
+    let r = write(&exec, "after.txt");
+    let _ = std::process::Command::new("chattr").arg("-i").arg(&log).status();
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    let e = r.error.unwrap();
+    assert_eq!(e.code.as_str(), "INTERNAL");
+    assert!(e.message.contains("nothing ran") && e.message.contains("immutable"), "{}", e.message);
+    assert!(!ws.join("after.txt").exists(), "the tool ran without a record");
+    // Once the attribute is gone, calls run and are recorded again.
+    assert_eq!(write(&exec, "again.txt").status, Status::Success);
+    assert!(ws.join("again.txt").exists());
+}
+
 /// Unmounts a test file system when the test ends, however it ends.
 struct Mounted(std::path::PathBuf);
 
