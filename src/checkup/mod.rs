@@ -115,6 +115,28 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                             missing.push("a pids cgroup (as root, RLIMIT_NPROC does not apply)".into());
                         }
                     }
+                    if e.spec.grants.paths.iter().any(|p| matches!(p.path, crate::policy::GrantPath::Tmp(_))) {
+                        layers.push(if host.root {
+                            format!(
+                                "{{tmp}} a tmpfs of its own ({}, {} files)",
+                                crate::policy::units::format_size(e.spec.limits.tmp_size),
+                                e.spec.limits.tmp_files
+                            )
+                        } else {
+                            "{tmp} a plain directory (no quota without root)".into()
+                        });
+                    }
+                    if !e.spec.grants.net.is_empty() {
+                        let names = e.spec.grants.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err());
+                        layers.push(
+                            if names {
+                                "TCP to granted ports, UDP (a grant names a host)"
+                            } else {
+                                "TCP to granted ports only, no UDP"
+                            }
+                            .into(),
+                        );
+                    }
                     (e.spec.runtime(), layers, missing)
                 }
                 Runner::Plugin(_) | Runner::Command(_) => {
