@@ -33,7 +33,7 @@ fn main() {
                 panic!("WARDEN_PLUGIN_DIR: cannot copy {}: {e} (build warden normally first)", built.display())
             });
         }
-        println!("cargo:rustc-env=WARDEN_TESTKIT_WASM={}", out.join("testkit.wasm").display());
+        finish(&out);
         return;
     }
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
@@ -68,7 +68,16 @@ fn main() {
         let dest = out.join(format!("{name}.wasm"));
         std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("cannot copy {}: {e}", built.display()));
     }
+    finish(&out);
+}
+
+/// Tells the crate where the testkit is and the embedded `fs` component's
+/// sha256, so a run does not hash 900 KB again each time it starts.
+fn finish(out: &Path) {
+    use sha2::Digest;
     println!("cargo:rustc-env=WARDEN_TESTKIT_WASM={}", out.join("testkit.wasm").display());
+    let fs = std::fs::read(out.join("fs.wasm")).expect("the fs component was just placed in OUT_DIR");
+    println!("cargo:rustc-env=WARDEN_BUILTIN_FS_SHA256={}", hex::encode(sha2::Sha256::digest(&fs)));
 }
 
 /// Adds the wasm32-wasip2 target with rustup when this toolchain lacks it.

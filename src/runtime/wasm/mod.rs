@@ -67,6 +67,8 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// The builtin `fs` component, built from `plugins/fs` by `build.rs`.
 static BUILTIN_FS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fs.wasm"));
+/// Its sha256, computed by `build.rs` from the same file.
+const BUILTIN_FS_SHA256: &str = env!("WARDEN_BUILTIN_FS_SHA256");
 
 /// A tool as a plugin describes it.
 #[derive(Debug, Clone)]
@@ -164,6 +166,10 @@ fn engine_config(pooling: bool) -> Config {
         p.total_core_instances(512);
         p.total_memories(128);
         p.total_tables(256);
+        // Calls are synchronous: no fiber stacks. The default (1000) costs a
+        // guard-page mprotect each at start and their unmapping at exit, about
+        // a third of a one-shot `warden call`.
+        p.total_stacks(0);
         p.max_memory_size(MAX_COMPONENT_MEMORY as usize);
         p.max_unused_warm_slots(16);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
@@ -247,8 +253,8 @@ impl ComponentRuntime {
             return Ok(p.clone());
         }
         let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
-        let bytes: Vec<u8> = match &spec.source {
-            PluginSource::Builtin(name) if name == "fs" => BUILTIN_FS.to_vec(),
+        let (bytes, sha256): (std::borrow::Cow<'static, [u8]>, String) = match &spec.source {
+            PluginSource::Builtin(name) if name == "fs" => (BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string()),
             PluginSource::Builtin(name) => return Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
             PluginSource::File(path) => {
                 let meta = std::fs::metadata(path)
@@ -259,11 +265,12 @@ impl ComponentRuntime {
                         format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()),
                     ));
                 }
-                std::fs::read(path)
-                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?
+                let bytes = std::fs::read(path)
+                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+                let sha256 = hex::encode(Sha256::digest(&bytes));
+                (bytes.into(), sha256)
             }
         };
-        let sha256 = hex::encode(Sha256::digest(&bytes));
         if let Some(pinned) = &spec.sha256
             && *pinned != sha256
         {
@@ -689,6 +696,12 @@ mod tests {
         CodeSection, ExportKind, ExportSection, Function, FunctionSection, HeapType, Module, RefType, TableSection,
         TableType, TypeSection, ValType,
     };
+
+    /// The cache key and the pin of the builtin come from `build.rs`'s hash.
+    #[test]
+    fn the_builtin_hash_is_the_embedded_bytes_hash() {
+        assert_eq!(BUILTIN_FS_SHA256, hex::encode(Sha256::digest(BUILTIN_FS)));
+    }
 
     /// A core module with a funcref table of `initial` elements and `grow(n) -> old size or -1`.
     fn table_module(initial: u64) -> Vec<u8> {
