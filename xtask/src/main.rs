@@ -1,6 +1,6 @@
 //! Project chores: `cargo xtask tour`, `cargo xtask plugin new|build|check`
-//! (see `plugin.rs`), `cargo xtask escape` (see `escape.rs`) and
-//! `cargo xtask fuzz` (see `fuzz.rs`).
+//! (see `plugin.rs`), `cargo xtask escape` (see `escape.rs`),
+//! `cargo xtask fuzz` (see `fuzz.rs`) and `cargo xtask bench` (see `bench.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod bench;
 mod escape;
 mod fuzz;
 mod plugin;
@@ -21,10 +22,12 @@ fn main() -> ExitCode {
         Some("plugin") => plugin::run(&args[1..]),
         Some("escape") => escape::run(),
         Some("fuzz") => fuzz::run(&root(), &args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         _ => Err(format!(
-            "usage: cargo xtask tour\n       cargo xtask escape\n       {}\n       {}",
+            "usage: cargo xtask tour\n       cargo xtask escape\n       {}\n       {}\n       {}",
             plugin::USAGE.trim_start_matches("usage: "),
-            fuzz::USAGE.trim_start_matches("usage: ")
+            fuzz::USAGE.trim_start_matches("usage: "),
+            bench::USAGE.trim_start_matches("usage: ")
         )),
     };
     match result {

@@ -1,0 +1,58 @@
+//! `cargo xtask bench`: runs the benchmark suite (`benches/pipeline.rs`, release
+//! profile) and prints its table of medians and ratios, every baseline measured
+//! in the same run, then the performance targets, each judged on those figures.
+//! The figures are also written to `target/bench.json` (see docs/performance.md).
+//!
+//! `--strict` exits non-zero when a target is not met. Without it the run only
+//! reports: figures from a shared or loaded machine are not a verdict.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+pub(crate) const USAGE: &str = "usage: cargo xtask bench [--strict]";
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let strict = match args {
+        [] => false,
+        [s] if s == "--strict" => true,
+        _ => return Err(USAGE.into()),
+    };
+    let root = super::root();
+    let report = root.join("target").join("bench.json");
+    // A report left by an earlier run must not stand in for this one.
+    let _ = std::fs::remove_file(&report);
+    let status = super::cargo()
+        .current_dir(&root)
+        .args(["bench", "--locked", "--bench", "pipeline"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("the benchmark failed ({status}); see its output above"));
+    }
+    let doc: Value = std::fs::read_to_string(&report)
+        .map_err(|e| format!("the benchmark left no report at {} ({e})", report.display()))
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("{}: not JSON: {e}", report.display())))?;
+    let missed: Vec<String> = doc["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["met"] != Value::Bool(true))
+        .map(|t| format!("{} ({})", t["target"].as_str().unwrap_or("?"), t["measured"].as_str().unwrap_or("?")))
+        .collect();
+    let machine = &doc["machine"];
+    println!(
+        "\nmachine: {}, {} cores, kernel {}{}; report: {}",
+        machine["cpu"].as_str().unwrap_or("unknown CPU"),
+        machine["cores"],
+        machine["kernel"].as_str().unwrap_or("?"),
+        if machine["root"] == Value::Bool(true) { ", as root" } else { "" },
+        PathBuf::from("target/bench.json").display()
+    );
+    if missed.is_empty() {
+        println!("every target met");
+        return Ok(());
+    }
+    println!("{} target(s) not met: {}", missed.len(), missed.join("; "));
+    if strict { Err("targets not met (--strict)".into()) } else { Ok(()) }
+}
