@@ -13,6 +13,7 @@
 
 mod cache;
 mod pipe;
+mod threads;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use threads::CallThreads;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -63,6 +65,9 @@ impl std::error::Error for CancelledByCaller {}
 /// Limits for `describe()`, which runs once at load.
 const DESCRIBE_MEMORY: u64 = 64 << 20;
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The bytes of a reused instance slot's memory reset in place (see [`engine_config`]);
+/// the builtin `fs` component touches about this much per call.
+const KEEP_RESIDENT: usize = 4 << 20;
 /// Most tables elements a call may grow to.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// The builtin `fs` component, built from `plugins/fs` by `build.rs`.
@@ -170,6 +175,10 @@ fn engine_config(pooling: bool) -> Config {
         // guard-page mprotect each at start and their unmapping at exit, about
         // a third of a one-shot `warden call`.
         p.total_stacks(0);
+        // A reused slot's memory is zeroed in place up to this much instead of
+        // being given back to the kernel and faulted in again page by page.
+        p.linear_memory_keep_resident(KEEP_RESIDENT);
+        p.table_keep_resident(64 << 10);
         p.max_memory_size(MAX_COMPONENT_MEMORY as usize);
         p.max_unused_warm_slots(16);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
@@ -183,6 +192,7 @@ pub struct ComponentRuntime {
     linker: Linker<HostState>,
     cache: ComponentCache,
     loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
+    threads: CallThreads,
 }
 
 impl std::fmt::Debug for ComponentRuntime {
@@ -218,7 +228,7 @@ impl ComponentRuntime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link WASI: {e:#}")))?;
         let cache = ComponentCache::new(&engine, cache_dir);
-        Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default() })
+        Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default(), threads: CallThreads::default() })
     }
 
     /// The interfaces a component imports (what it could ask the host for),
@@ -466,7 +476,7 @@ impl ComponentRuntime {
         self.on_call_thread(tool, walls, cancel, move || run_command_in_store(store, &plugin, &tool_name, out, err))
     }
 
-    /// Runs `job` on its own thread and waits for it, within the timeout (plus a
+    /// Runs `job` on a call thread of its own ([`threads`]) and waits for it, within the timeout (plus a
     /// grace period) and the cancel switch.
     fn on_call_thread(
         &self,
@@ -476,12 +486,14 @@ impl ComponentRuntime {
         job: impl FnOnce() -> Result<RunOutput, CallError> + Send + 'static,
     ) -> Result<RunOutput, CallError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        std::thread::Builder::new()
-            .name(format!("warden-call-{tool}"))
-            .spawn(move || {
-                let _ = tx.send(job());
-            })
-            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start a call thread: {e}")))?;
+        self.threads
+            .run(Box::new(move || {
+                let result = job();
+                Box::new(move || {
+                    let _ = tx.send(result);
+                })
+            }))
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("{tool}: cannot start a call thread: {e}")))?;
         let started = Instant::now();
         let mut limit = walls.limits.timeout + OUTER_GRACE;
         let mut cancelled_at = None;
