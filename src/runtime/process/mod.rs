@@ -125,7 +125,7 @@ impl ServerProcess {
         let _ = killpg(self.pid, Signal::SIGKILL);
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
-        kill_group(self.pid);
+        kill_group(self.pid, self.cgroup.as_ref());
         self.cgroup = None;
         status
     }
@@ -238,7 +238,7 @@ impl ProcessRuntime {
         let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
         let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
 
-        let ended = supervise(pid, limits.timeout, cancel);
+        let ended = supervise(pid, limits.timeout, cancel, cgroup.as_ref());
         let (stdout, out_total) = out_reader.join().unwrap_or_default();
         let (stderr, err_total) = err_reader.join().unwrap_or_default();
         let hit_pids_max = cgroup.as_ref().is_some_and(limits::PidsCgroup::hit_max);
@@ -600,7 +600,12 @@ const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 /// Waits for the tool with a wall-clock limit and the cancel switch, kills its
 /// whole process group (before reaping, so the group id cannot be reused), then reaps it.
-fn supervise(pid: Pid, timeout: Duration, cancel: &Cancel) -> Result<Ended, CallError> {
+fn supervise(
+    pid: Pid,
+    timeout: Duration,
+    cancel: &Cancel,
+    cgroup: Option<&limits::PidsCgroup>,
+) -> Result<Ended, CallError> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         // Wait for exit without reaping: the zombie keeps the pid and group id reserved.
@@ -632,7 +637,7 @@ fn supervise(pid: Pid, timeout: Duration, cancel: &Cancel) -> Result<Ended, Call
         let _ = rx.recv();
         break;
     }
-    kill_group(pid);
+    kill_group(pid, cgroup);
     let mut status = 0;
     // SAFETY: rusage is plain data the kernel fills; status is a valid i32 out-pointer.
     #[allow(unsafe_code)]
@@ -648,13 +653,21 @@ fn supervise(pid: Pid, timeout: Duration, cancel: &Cancel) -> Result<Ended, Call
 }
 
 /// Sends SIGKILL to the group until nothing in it is left.
-fn kill_group(pgid: Pid) {
+/// With the call's pids cgroup (as root) its `cgroup.procs` names the live
+/// members (zombies are not listed, and no member can leave: `setsid` and
+/// `setpgid` are refused, the cgroup files are outside every grant); without
+/// one, `/proc` is scanned, which costs a read per process on the host.
+fn kill_group(pgid: Pid, cgroup: Option<&limits::PidsCgroup>) {
     for _ in 0..1000 {
         if let Err(nix::errno::Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
             return;
         }
         // Only the zombie leader may remain: check whether any other member lives.
-        if !group_has_live_members(pgid) {
+        let live = match cgroup {
+            Some(c) => c.pids().iter().any(|p| *p != pgid.as_raw()),
+            None => group_has_live_members(pgid),
+        };
+        if !live {
             return;
         }
         std::thread::sleep(Duration::from_millis(1));
