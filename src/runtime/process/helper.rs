@@ -138,7 +138,14 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     }
 
     // 4. The pids cgroup.
-    if let Some(procs) = &spec.cgroup_procs {
+    if let Some(name) = &spec.cgroup_joined {
+        let mine =
+            std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        if !mine.lines().any(|l| l.rsplit('/').next() == Some(name.as_str())) {
+            return Err(format!("the host did not move the helper into the pids cgroup {name}"));
+        }
+        r.cgroup = true;
+    } else if let Some(procs) = &spec.cgroup_procs {
         std::fs::write(procs, std::process::id().to_string())
             .map_err(|e| format!("cannot join the pids cgroup {}: {e}", procs.display()))?;
         r.cgroup = true;

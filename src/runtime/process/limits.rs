@@ -129,6 +129,16 @@ impl PidsCgroup {
         None
     }
 
+    /// The cgroup's directory name (`warden-<id>`).
+    pub fn name(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Moves `pid` into the cgroup.
+    pub fn join(&self, pid: u32) -> std::io::Result<()> {
+        std::fs::write(self.procs_file(), pid.to_string())
+    }
+
     /// The file a process writes its pid to, to join.
     pub fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")

@@ -426,6 +426,7 @@ impl ProcessRuntime {
                 _ => None,
             },
             cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
+            cgroup_joined: None,
             run_as,
             drop_caps: self.support.root,
             require_landlock: self.mode == SandboxMode::Enforce,
@@ -433,9 +434,6 @@ impl ProcessRuntime {
             parent_pid: std::process::id(),
             stdin_from_host,
         };
-        let spec_json = serde_json::to_vec(&spec)
-            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
-
         let internal =
             |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
         // The helper's stdin: the spec goes in, its reports come back (see `spec`).
@@ -455,6 +453,18 @@ impl ProcessRuntime {
                 )
             })?;
         let pid = Pid::from_raw(child.id() as i32);
+        // Moving a process into a cgroup waits for an RCU grace period (about half
+        // a millisecond); done here, it overlaps the helper's own start. The helper
+        // only checks it (and joins by itself if this failed).
+        let mut spec = spec;
+        if let Some(c) = &cgroup
+            && c.join(child.id()).is_ok()
+        {
+            spec.cgroup_joined = Some(c.name());
+            spec.cgroup_procs = None;
+        }
+        let spec_json = serde_json::to_vec(&spec)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
         {
             use std::io::Write;
             // A helper that died early shows up in its report, not here.

@@ -39,6 +39,10 @@ pub struct SandboxSpec {
     pub tmp_quota: Option<TmpQuota>,
     /// A pids cgroup (its `cgroup.procs` file) the helper joins before anything else.
     pub cgroup_procs: Option<PathBuf>,
+    /// The pids cgroup the host already moved the helper into, by directory
+    /// name: the helper checks `/proc/self/cgroup` names it before going on.
+    #[serde(default)]
+    pub cgroup_joined: Option<String>,
     /// Run as this uid and gid (only when warden runs as root).
     pub run_as: Option<(u32, u32)>,
     /// Drop every capability and lock the securebits (when running as root).
