@@ -19,7 +19,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -104,11 +104,38 @@ struct Head {
     prev: String,
 }
 
+/// What the writers of one log share, behind its mutex.
+#[derive(Debug, Default)]
+struct Commit {
+    /// The last line this process wrote, to chain the next one without reading the file.
+    head: Option<Head>,
+    /// Lines written by this process (each writer's ticket).
+    written: u64,
+    /// Every ticket up to this one is durable.
+    durable: u64,
+    /// `fdatasync` calls made (each covers one or more lines).
+    syncs: u64,
+    /// A writer is in `fdatasync` for everything written before it started.
+    syncing: bool,
+    /// An `fdatasync` failed: after that the kernel may have dropped the dirty
+    /// pages and a later sync can succeed without them, so no later record is
+    /// trusted to be durable (the PostgreSQL lesson). Every append fails from then on.
+    failed: Option<String>,
+}
+
 /// An open audit log.
+///
+/// Appends are serialised (the chain needs an order) but their `fdatasync` is
+/// shared: a writer that finds no sync under way syncs everything written so
+/// far, and the writers that wrote meanwhile wait for it, or for the next one
+/// (group commit). No append returns before an `fdatasync` that began after its
+/// line was written has succeeded.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<(File, Option<Head>)>,
+    file: File,
+    commit: Mutex<Commit>,
+    synced: Condvar,
 }
 
 /// The least free space the log's file system must have before a tool runs.
@@ -143,6 +170,13 @@ fn not_immutable(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+fn sync_failed(why: &str) -> std::io::Error {
+    std::io::Error::other(format!(
+        "an earlier fdatasync of the log failed ({why}); records written since may be lost, so warden appends no more \
+         to it: check the disk and `warden log verify` the log, then restart warden"
+    ))
+}
+
 /// The default log path: `$XDG_STATE_HOME/warden/audit.jsonl` or `~/.local/state/warden/audit.jsonl`.
 pub fn default_path() -> PathBuf {
     let state =
@@ -163,7 +197,7 @@ impl AuditLog {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         }
         let file = OpenOptions::new().read(true).append(true).create(true).mode(0o600).open(path)?;
-        Ok(AuditLog { path: path.to_path_buf(), file: Mutex::new((file, None)) })
+        Ok(AuditLog { path: path.to_path_buf(), file, commit: Mutex::default(), synced: Condvar::new() })
     }
 
     /// The log's path.
@@ -177,10 +211,14 @@ impl AuditLog {
     /// file system is writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
     /// before a tool runs, so that a call without a record never runs.
     pub fn check_writable(&self) -> std::io::Result<()> {
-        let guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        still_there(&guard.0, &self.path)?;
-        not_immutable(&guard.0)?;
-        let fs = nix::sys::statvfs::fstatvfs(&guard.0).map_err(std::io::Error::from)?;
+        let guard = self.lock();
+        if let Some(why) = &guard.failed {
+            return Err(sync_failed(why));
+        }
+        still_there(&self.file, &self.path)?;
+        not_immutable(&self.file)?;
+        drop(guard);
+        let fs = nix::sys::statvfs::fstatvfs(&self.file).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
             return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));
         }
@@ -194,34 +232,78 @@ impl AuditLog {
         Ok(())
     }
 
+    /// Records appended by this process, and the `fdatasync` calls that made them durable.
+    pub fn commits(&self) -> (u64, u64) {
+        let commit = self.lock();
+        (commit.written, commit.syncs)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Commit> {
+        self.commit.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Appends `record`, chained to the last line, and fsyncs it. Returns only once it is durable.
     pub fn append(&self, record: &Record) -> std::io::Result<()> {
-        let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        let (file, cached) = &mut *guard;
+        let mut commit = self.lock();
+        if let Some(why) = &commit.failed {
+            return Err(sync_failed(why));
+        }
         // A record appended to a removed or replaced file would be lost without a word.
-        still_there(file, &self.path)?;
-        file.lock()?;
-        let result = (|| {
-            let len = file.metadata()?.len();
-            let head = match cached.take() {
-                Some(h) if h.len == len => h,
-                _ => self.read_head(file, len)?,
-            };
-            let mut line = serde_json::to_vec(&Chained { record, seq: head.seq + 1, prev: head.prev })?;
-            let prev = sha256_hex(&line);
-            line.push(b'\n');
-            file.write_all(&line)?;
-            file.sync_data()?;
-            let len = file.metadata()?.len();
-            *cached = Some(Head { len, seq: head.seq + 1, prev });
-            Ok(())
-        })();
-        let unlocked = file.unlock();
-        result.and(unlocked)
+        still_there(&self.file, &self.path)?;
+        // The flock orders this line against other warden processes sharing the log.
+        self.file.lock()?;
+        let written = self.write_line(&mut commit, record);
+        let unlocked = self.file.unlock();
+        written.and(unlocked)?;
+        commit.written += 1;
+        let ticket = commit.written;
+        loop {
+            if let Some(why) = &commit.failed {
+                return Err(sync_failed(why));
+            }
+            if commit.durable >= ticket {
+                return Ok(());
+            }
+            if commit.syncing {
+                commit = self.synced.wait(commit).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            // Lead: one fdatasync for every line written so far, this one included.
+            commit.syncing = true;
+            let through = commit.written;
+            drop(commit);
+            let synced = self.file.sync_data();
+            commit = self.lock();
+            commit.syncing = false;
+            commit.syncs += 1;
+            match synced {
+                Ok(()) => commit.durable = commit.durable.max(through),
+                Err(e) => commit.failed = Some(e.to_string()),
+            }
+            self.synced.notify_all();
+        }
+    }
+
+    /// Writes `record` as the next line of the chain (the caller holds the flock).
+    fn write_line(&self, commit: &mut Commit, record: &Record) -> std::io::Result<()> {
+        let mut file = &self.file;
+        let len = file.metadata()?.len();
+        let head = match commit.head.take() {
+            Some(h) if h.len == len => h,
+            _ => self.read_head(len)?,
+        };
+        let (start, seq) = (head.len, head.seq + 1);
+        let mut line = serde_json::to_vec(&Chained { record, seq, prev: head.prev })?;
+        let prev = sha256_hex(&line);
+        line.push(b'\n');
+        file.write_all(&line)?;
+        commit.head = Some(Head { len: start + line.len() as u64, seq, prev });
+        Ok(())
     }
 
     /// Finds the last complete line (moving a torn tail aside first).
-    fn read_head(&self, file: &mut File, len: u64) -> std::io::Result<Head> {
+    fn read_head(&self, len: u64) -> std::io::Result<Head> {
+        let mut file = &self.file;
         if len == 0 {
             return Ok(Head { len, seq: 0, prev: GENESIS.into() });
         }
@@ -501,6 +583,37 @@ mod tests {
         let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((v.records, v.torn_line, v.problem), (4, None, None));
         assert!(path.with_extension("jsonl.torn").exists());
+    }
+
+    #[test]
+    fn concurrent_writers_share_fsyncs_and_keep_one_chain() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.jsonl");
+        // Two opens of one path stand for two warden processes (each has its own flock).
+        let logs = [AuditLog::open(&path), AuditLog::open(&path)].map(|l| l.unwrap_or_else(|e| panic!("{e}")));
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let log = &logs[t % 2];
+                s.spawn(move || {
+                    for i in 0..50 {
+                        log.append(&record(&format!("w{t}-{i}"))).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                });
+            }
+        });
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (400, None, None));
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        for t in 0..8 {
+            for i in 0..50 {
+                assert!(text.contains(&format!("\"w{t}-{i}\"")), "record w{t}-{i} is missing");
+            }
+        }
+        for log in &logs {
+            let (written, syncs) = log.commits();
+            assert_eq!(written, 200);
+            assert!((1..=200).contains(&syncs), "{syncs} fdatasyncs for 200 records");
+        }
     }
 
     #[test]

@@ -223,6 +223,11 @@ impl Executor {
         &self.session
     }
 
+    /// The audit log the calls are recorded in.
+    pub fn audit_log(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// Runs one call through the whole pipeline. Never panics on bad input; every
     /// outcome is a response, and every response has an audit record.
     pub fn call(&self, call: ToolCall) -> CallResponse {
