@@ -225,6 +225,14 @@ pub(crate) fn cases() -> Vec<Case> {
             },
         ),
         c(
+            "fs-hardlink-trap/process",
+            "process",
+            "a tool that may read a directory outside and write the workspace links a file from there into the \
+             workspace, for a later call that may read only the workspace; then that later call reads it",
+            "ln refused by Landlock (EXDEV: the link would gain write rights); the later call finds no file",
+            hardlink_trap,
+        ),
+        c(
             "fs-hardlink-planted/process",
             "process",
             "cat a hard link that the host made inside the workspace, before the call, to a file outside",
@@ -650,6 +658,24 @@ fn swap_calls(s: &Scene, ws: &Path, call: impl Fn() -> warden::CallResponse) -> 
         format!(
             "{flips} flips; {public} calls gave the granted file, {refused} were refused, {other} other; secret shown: {leaked}"
         ),
+    )
+}
+
+fn hardlink_trap(s: &Scene) -> Observed {
+    let side = s.side_dir("trap");
+    std::fs::write(side.join("target.txt"), "TRAP-TARGET-CONTENT").unwrap();
+    let ws = s.ws("hardlink-trap");
+    let side_str = side.to_str().unwrap();
+    let wide = Tool { read: &[side_str], ..SHELL };
+    let first = s.shell(&ws, wide, &format!("ln {side_str}/target.txt hard; echo ln=$?"));
+    let refused = first.out().contains("ln=1")
+        && (first.err().contains("Invalid cross-device link") || first.err().contains("Permission denied"));
+    let created = ws.join("hard").exists();
+    let later = s.shell(&ws, SHELL, "cat hard");
+    let reached = later.all().contains("TRAP-TARGET-CONTENT");
+    Observed::new(
+        first.success() && refused && !created && !reached,
+        format!("{}; link created: {created}; the later call read the target: {reached}", first.brief()),
     )
 }
 
