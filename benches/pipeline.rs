@@ -15,8 +15,9 @@
 //!   `firejail --noprofile true` when installed.
 //!
 //! * MCP: `read_file` round trip over stdio from a persistent client to
-//!   `warden serve`, and calls per second with 8 concurrent clients (each with its
-//!   own server, as stdio agents have); `warden serve` RSS idle and after the calls.
+//!   `warden serve`; calls per second with 8 concurrent clients of one
+//!   `warden serve --http` (their records share fdatasyncs), and with 8 stdio
+//!   clients each with its own server; `warden serve` RSS idle and after the calls.
 //!
 //! Prints a table of medians and ratios and writes `target/bench.json`.
 
@@ -167,12 +168,7 @@ impl McpClient {
     }
 
     fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap()
+        rss_kb(self.child.id())
     }
 }
 
@@ -181,6 +177,136 @@ impl Drop for McpClient {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `warden serve --http` on a loopback port, shared by several clients.
+struct HttpServer {
+    child: std::process::Child,
+    addr: String,
+}
+
+const HTTP_TOKEN: &str = "bench-token-0123456789abcdef";
+
+impl HttpServer {
+    fn start(warden: &str, ws: &Path, log: &Path, cache: &Path) -> HttpServer {
+        use std::io::BufRead;
+        let mut child = Command::new(warden)
+            .current_dir(ws)
+            .arg("--audit-log")
+            .arg(log)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .env("WARDEN_CACHE_DIR", cache)
+            .env("WARDEN_HTTP_TOKEN", HTTP_TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let addr = loop {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "warden serve --http exited before it listened");
+            if let Some(rest) = line.split("serving MCP at http://").nth(1) {
+                break rest.split('/').next().unwrap().to_string();
+            }
+        };
+        // Keep draining stderr so that warden never blocks on it.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        HttpServer { child, addr }
+    }
+
+    fn rss_kb(&self) -> u64 {
+        rss_kb(self.child.id())
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to `warden serve --http`, raw.
+struct HttpClient {
+    stream: std::io::BufReader<std::net::TcpStream>,
+    host: String,
+    next: u64,
+}
+
+impl HttpClient {
+    fn connect(server: &HttpServer) -> HttpClient {
+        let stream = std::net::TcpStream::connect(&server.addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        HttpClient { stream: std::io::BufReader::new(stream), host: server.addr.clone(), next: 1 }
+    }
+
+    fn read_file(&mut self) {
+        use std::io::{BufRead, Read, Write};
+        let id = self.next;
+        self.next += 1;
+        let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "read_file", "arguments": {"path": "four.txt"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}))
+        .unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {HTTP_TOKEN}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/call\r\nMcp-Name: read_file\r\nContent-Length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        );
+        let out = self.stream.get_mut();
+        out.write_all(&[head.as_bytes(), &body].concat()).unwrap();
+        let mut line = String::new();
+        self.stream.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "warden serve --http answered {line:?}");
+        let (mut length, mut chunked) = (None, false);
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).unwrap();
+            let l = line.trim_end().to_ascii_lowercase();
+            if l.is_empty() {
+                break;
+            }
+            if let Some(v) = l.strip_prefix("content-length:") {
+                length = Some(v.trim().parse::<usize>().unwrap());
+            }
+            chunked |= l.starts_with("transfer-encoding:") && l.contains("chunked");
+        }
+        let mut doc = Vec::new();
+        if let Some(n) = length {
+            doc.resize(n, 0);
+            self.stream.read_exact(&mut doc).unwrap();
+        } else {
+            assert!(chunked, "a response with neither a length nor chunks");
+            loop {
+                line.clear();
+                self.stream.read_line(&mut line).unwrap();
+                let n = usize::from_str_radix(line.trim_end(), 16).unwrap();
+                let mut chunk = vec![0; n + 2];
+                self.stream.read_exact(&mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                doc.extend_from_slice(&chunk[..n]);
+            }
+        }
+        let v: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    }
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
 }
 
 fn us(d: Duration) -> f64 {
@@ -345,8 +471,32 @@ fn main() {
             });
         }
     });
-    let per_second = (8 * per_client) as f64 / started.elapsed().as_secs_f64();
+    let stdio_per_second = (8 * per_client) as f64 / started.elapsed().as_secs_f64();
     drop(clients);
+    // 8 clients of one `warden serve --http`: their records share fdatasyncs (group commit).
+    let http_log = dir.path().join("http-audit.jsonl");
+    let server = HttpServer::start(warden_bin, &ws, &http_log, &cache);
+    let mut clients: Vec<HttpClient> = (0..8).map(|_| HttpClient::connect(&server)).collect();
+    for c in &mut clients {
+        c.read_file();
+    }
+    let http_per_client = 2_000;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for c in &mut clients {
+            s.spawn(move || {
+                for _ in 0..http_per_client {
+                    c.read_file();
+                }
+            });
+        }
+    });
+    let per_second = (8 * http_per_client) as f64 / started.elapsed().as_secs_f64();
+    let http_rss = server.rss_kb();
+    drop(clients);
+    drop(server);
+    let http_records = warden::audit::verify(&http_log).unwrap().records;
+    assert_eq!(http_records, 8 * (http_per_client + 1), "every HTTP call has its record");
 
     let rows = [
         ("std::fs::read 4KiB in-process (floor)", percentile(floor.clone(), 0.5), percentile(floor, 0.95)),
@@ -377,7 +527,10 @@ fn main() {
         println!("{name:<54} {p50:>12.1} {p95:>12.1} {:>15.2}x", p50 / base);
         json_rows.push(json!({"case": name, "p50_us": p50, "p95_us": p95, "ratio_to_pipeline": p50 / base}));
     }
-    println!("MCP, 8 concurrent stdio clients: {per_second:.0} read_file calls/s");
+    println!("MCP, 8 concurrent clients of one warden serve --http: {per_second:.0} read_file calls/s");
+    println!("MCP, 8 stdio clients, each with its own warden serve: {stdio_per_second:.0} read_file calls/s");
+    let (written, syncs) = exec.audit_log().commits();
+    println!("in-process pipeline: {written} records in {syncs} fdatasyncs (one caller at a time)");
     println!("warden serve RSS: {idle_rss} KiB idle, {rss_after} KiB after 10,000 calls");
     println!("warden call read_file (warm) peak RSS: {cli_peak_kb} KiB");
 
@@ -430,6 +583,8 @@ fn main() {
         "machine": machine(),
         "rows": json_rows,
         "mcp_calls_per_second_8_clients": per_second,
+        "mcp_calls_per_second_8_stdio_servers": stdio_per_second,
+        "http_serve_rss_kib_after_calls": http_rss,
         "serve_rss_kib": {"idle": idle_rss, "after_10000_calls": rss_after},
         "cli_peak_rss_kib": cli_peak_kb,
         "targets": targets.iter().map(|(n, m, s)| json!({"target": n, "met": m, "measured": s})).collect::<Vec<_>>(),
