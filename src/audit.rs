@@ -141,33 +141,33 @@ pub struct AuditLog {
 /// The least free space the log's file system must have before a tool runs.
 pub const MIN_FREE_BYTES: u64 = 1 << 20;
 
-/// Fails when `file` is no longer the file at `path` (removed, or replaced by another).
-fn still_there(file: &File, path: &Path) -> std::io::Result<()> {
+/// Checks that `file` is still the file at `path` (not removed, or replaced by
+/// another) and, when `writable`, that it is not immutable (`chattr +i`, which
+/// the kernel checks at each write: a log made immutable after warden opened it
+/// would otherwise fail only after the tool ran). Returns its length.
+fn still_there(file: &File, path: &Path, writable: bool) -> std::io::Result<u64> {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, major, minor, statx};
     use std::os::unix::fs::MetadataExt;
-    let open = file.metadata()?;
+    let open = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
     let gone = |why: &str| std::io::Error::new(std::io::ErrorKind::NotFound, why.to_string());
     match fs::metadata(path) {
-        Ok(m) if m.dev() == open.dev() && m.ino() == open.ino() && open.nlink() > 0 => Ok(()),
-        Ok(_) => Err(gone("the log file was replaced by another file while warden had it open")),
-        Err(_) if open.nlink() == 0 => Err(gone("the log file was removed while warden had it open")),
-        Err(e) => Err(std::io::Error::new(e.kind(), format!("the log path cannot be read: {e}"))),
+        Ok(m)
+            if major(m.dev()) == open.stx_dev_major
+                && minor(m.dev()) == open.stx_dev_minor
+                && m.ino() == open.stx_ino
+                && open.stx_nlink > 0 => {}
+        Ok(_) => return Err(gone("the log file was replaced by another file while warden had it open")),
+        Err(_) if open.stx_nlink == 0 => return Err(gone("the log file was removed while warden had it open")),
+        Err(e) => return Err(std::io::Error::new(e.kind(), format!("the log path cannot be read: {e}"))),
     }
-}
-
-/// Fails when `file` carries the immutable attribute (`chattr +i`), which the
-/// kernel checks at each write: a log made immutable after warden opened it
-/// would otherwise fail only after the tool ran.
-fn not_immutable(file: &File) -> std::io::Result<()> {
-    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, statx};
-    let st = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
     let immutable = StatxAttributes::IMMUTABLE;
-    if st.stx_attributes_mask.contains(immutable) && st.stx_attributes.contains(immutable) {
+    if writable && open.stx_attributes_mask.contains(immutable) && open.stx_attributes.contains(immutable) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "the log file is immutable (chattr +i): no record can be appended; `chattr -i` it, or use another log",
         ));
     }
-    Ok(())
+    Ok(open.stx_size)
 }
 
 fn sync_failed(why: &str) -> std::io::Error {
@@ -215,8 +215,7 @@ impl AuditLog {
         if let Some(why) = &guard.failed {
             return Err(sync_failed(why));
         }
-        still_there(&self.file, &self.path)?;
-        not_immutable(&self.file)?;
+        still_there(&self.file, &self.path, true)?;
         drop(guard);
         let fs = nix::sys::statvfs::fstatvfs(&self.file).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
@@ -248,11 +247,11 @@ impl AuditLog {
         if let Some(why) = &commit.failed {
             return Err(sync_failed(why));
         }
-        // A record appended to a removed or replaced file would be lost without a word.
-        still_there(&self.file, &self.path)?;
         // The flock orders this line against other warden processes sharing the log.
         self.file.lock()?;
-        let written = self.write_line(&mut commit, record);
+        // A record appended to a removed or replaced file would be lost without a word.
+        let written =
+            still_there(&self.file, &self.path, false).and_then(|len| self.write_line(&mut commit, record, len));
         let unlocked = self.file.unlock();
         written.and(unlocked)?;
         commit.written += 1;
@@ -284,10 +283,9 @@ impl AuditLog {
         }
     }
 
-    /// Writes `record` as the next line of the chain (the caller holds the flock).
-    fn write_line(&self, commit: &mut Commit, record: &Record) -> std::io::Result<()> {
+    /// Writes `record` as the next line of the chain, the file being `len` bytes long (the caller holds the flock).
+    fn write_line(&self, commit: &mut Commit, record: &Record, len: u64) -> std::io::Result<()> {
         let mut file = &self.file;
-        let len = file.metadata()?.len();
         let head = match commit.head.take() {
             Some(h) if h.len == len => h,
             _ => self.read_head(len)?,

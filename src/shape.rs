@@ -25,19 +25,41 @@ fn is_hidden(c: char) -> bool {
     }
 }
 
-/// Removes hidden characters from `s`.
-pub fn sanitize_str(s: &str) -> String {
-    if s.chars().any(is_hidden) { s.chars().filter(|&c| !is_hidden(c)).collect() } else { s.to_string() }
+/// Whether `s` holds a hidden character. Printable ASCII (and newline and tab),
+/// the common case, is decided a byte at a time.
+fn has_hidden(s: &str) -> bool {
+    let plain = |b: &u8| (0x20..0x7f).contains(b) || *b == b'\n' || *b == b'\t';
+    !s.as_bytes().iter().all(plain) && s.chars().any(is_hidden)
 }
 
-/// Removes hidden characters from every string (and key) in `v`.
-pub fn sanitize(v: Value) -> Value {
-    match v {
-        Value::String(s) => Value::String(sanitize_str(&s)),
-        Value::Array(a) => Value::Array(a.into_iter().map(sanitize).collect()),
-        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (sanitize_str(&k), sanitize(v))).collect()),
-        other => other,
+/// Removes hidden characters from `s`.
+pub fn sanitize_str(s: &str) -> String {
+    if has_hidden(s) { s.chars().filter(|&c| !is_hidden(c)).collect() } else { s.to_string() }
+}
+
+/// Removes hidden characters from every string (and key) in `v`, in place: a
+/// clean value (the usual case) is walked once and nothing is rebuilt.
+pub fn sanitize(mut v: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::String(s) => {
+                if has_hidden(s) {
+                    *s = s.chars().filter(|&c| !is_hidden(c)).collect();
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::Object(o) => {
+                if o.keys().any(|k| has_hidden(k)) {
+                    let taken = std::mem::take(o);
+                    *o = taken.into_iter().map(|(k, v)| (sanitize_str(&k), v)).collect();
+                }
+                o.values_mut().for_each(walk);
+            }
+            _ => {}
+        }
     }
+    walk(&mut v);
+    v
 }
 
 fn size(v: &Value) -> usize {
@@ -142,6 +164,18 @@ mod tests {
     fn strips_escapes_and_invisible_characters_but_keeps_newlines_and_tabs() {
         let v = json!({"a\u{1b}": "red\u{1b}[31m\r\nok\tx\u{202E}y\u{200B}z\u{E0041}"});
         assert_eq!(sanitize(v), json!({"a": "red[31m\nok\txyz"}));
+    }
+
+    #[test]
+    fn nested_values_and_keys_are_cleaned_and_clean_ones_kept_in_order() {
+        let v = json!({"z": 1, "k\u{7f}ey": [{"in\u{200B}ner": "a\u{1b}b"}, "plain text\n", "é\u{00AD}x"], "a": "ok"});
+        let out = sanitize(v);
+        assert_eq!(out, json!({"z": 1, "key": [{"inner": "ab"}, "plain text\n", "éx"], "a": "ok"}));
+        assert_eq!(
+            out.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+            Some(vec!["z".into(), "key".into(), "a".into()])
+        );
+        assert_eq!(sanitize_str("\u{9b}31m"), "31m", "the C1 control introducer is hidden too");
     }
 
     #[test]
