@@ -42,11 +42,7 @@ pub fn sanitize_str(s: &str) -> String {
 pub fn sanitize(mut v: Value) -> Value {
     fn walk(v: &mut Value) {
         match v {
-            Value::String(s) => {
-                if has_hidden(s) {
-                    *s = s.chars().filter(|&c| !is_hidden(c)).collect();
-                }
-            }
+            Value::String(s) if has_hidden(s) => *s = s.chars().filter(|&c| !is_hidden(c)).collect(),
             Value::Array(a) => a.iter_mut().for_each(walk),
             Value::Object(o) => {
                 if o.keys().any(|k| has_hidden(k)) {
