@@ -456,7 +456,11 @@ impl ComponentRuntime {
         let (store, out, err) = self.store(walls, cancel.clone(), &[])?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
-        self.on_call_thread(tool, walls, cancel, move || run_in_store(store, &plugin, &tool_name, &args, out, err))
+        self.on_call_thread(tool, walls, cancel, move || {
+            let mut store = store;
+            let result = run_in_store(&mut store, &plugin, &tool_name, &args, out, err);
+            (result, store)
+        })
     }
 
     /// Runs the command component `plugin` as tool `tool` with `argv` (the program
@@ -473,24 +477,31 @@ impl ComponentRuntime {
         let (store, out, err) = self.store(walls, cancel.clone(), &argv)?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
-        self.on_call_thread(tool, walls, cancel, move || run_command_in_store(store, &plugin, &tool_name, out, err))
+        self.on_call_thread(tool, walls, cancel, move || {
+            let mut store = store;
+            let result = run_command_in_store(&mut store, &plugin, &tool_name, out, err);
+            (result, store)
+        })
     }
 
     /// Runs `job` on a call thread of its own ([`threads`]) and waits for it, within the timeout (plus a
-    /// grace period) and the cancel switch.
+    /// grace period) and the cancel switch. The store `job` hands back is dropped on the call thread
+    /// after the result is delivered: resetting its instance slot (zeroing the memory it used) then
+    /// overlaps the caller's shaping and audit record instead of delaying them.
     fn on_call_thread(
         &self,
         tool: &str,
         walls: &Walls,
         cancel: &Cancel,
-        job: impl FnOnce() -> Result<RunOutput, CallError> + Send + 'static,
+        job: impl FnOnce() -> (Result<RunOutput, CallError>, Store<HostState>) + Send + 'static,
     ) -> Result<RunOutput, CallError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.threads
             .run(Box::new(move || {
-                let result = job();
+                let (result, store) = job();
                 Box::new(move || {
                     let _ = tx.send(result);
+                    drop(store);
                 })
             }))
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("{tool}: cannot start a call thread: {e}")))?;
@@ -558,7 +569,7 @@ fn thread_cpu() -> Duration {
 }
 
 fn run_in_store(
-    mut store: Store<HostState>,
+    store: &mut Store<HostState>,
     plugin: &LoadedPlugin,
     tool: &str,
     args: &str,
@@ -571,7 +582,7 @@ fn run_in_store(
     let cpu0 = thread_cpu();
     let started = Instant::now();
     let outcome =
-        pre.instantiate(&mut store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut store, tool, args));
+        pre.instantiate(&mut *store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut *store, tool, args));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
     let (stdout, out_total) = out.contents();
@@ -603,7 +614,7 @@ fn run_in_store(
 
 /// Runs a command component to its end: the exit code, stdout and stderr.
 fn run_command_in_store(
-    mut store: Store<HostState>,
+    store: &mut Store<HostState>,
     plugin: &LoadedPlugin,
     tool: &str,
     out: CappedPipe,
@@ -614,7 +625,7 @@ fn run_command_in_store(
     };
     let cpu0 = thread_cpu();
     let started = Instant::now();
-    let outcome = pre.instantiate(&mut store).and_then(|c| c.wasi_cli_run().call_run(&mut store));
+    let outcome = pre.instantiate(&mut *store).and_then(|c| c.wasi_cli_run().call_run(&mut *store));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
     let (stdout, out_total) = out.contents();
