@@ -377,6 +377,17 @@ fn main() {
         call();
     }
     let pipeline = measure(2_000, call);
+    // 8 callers of one executor at once: their records share fdatasyncs (group commit).
+    let (written0, syncs0) = exec.audit_log().commits();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| (0..250).for_each(|_| call()));
+        }
+    });
+    let concurrent_per_second = 2_000.0 / started.elapsed().as_secs_f64();
+    let (written1, syncs1) = exec.audit_log().commits();
+    let records_per_sync = (written1 - written0) as f64 / (syncs1 - syncs0).max(1) as f64;
     let naive_host = naive::Host::new();
     let naive_call = || {
         let out = naive_host.read_file(&ws, "four.txt");
@@ -529,8 +540,9 @@ fn main() {
     }
     println!("MCP, 8 concurrent clients of one warden serve --http: {per_second:.0} read_file calls/s");
     println!("MCP, 8 stdio clients, each with its own warden serve: {stdio_per_second:.0} read_file calls/s");
-    let (written, syncs) = exec.audit_log().commits();
-    println!("in-process pipeline: {written} records in {syncs} fdatasyncs (one caller at a time)");
+    println!(
+        "in-process pipeline, 8 callers at once: {concurrent_per_second:.0} calls/s, {records_per_sync:.1} records per fdatasync"
+    );
     println!("warden serve RSS: {idle_rss} KiB idle, {rss_after} KiB after 10,000 calls");
     println!("warden call read_file (warm) peak RSS: {cli_peak_kb} KiB");
 
@@ -584,6 +596,7 @@ fn main() {
         "rows": json_rows,
         "mcp_calls_per_second_8_clients": per_second,
         "mcp_calls_per_second_8_stdio_servers": stdio_per_second,
+        "in_process_8_callers": {"calls_per_second": concurrent_per_second, "records_per_fdatasync": records_per_sync},
         "http_serve_rss_kib_after_calls": http_rss,
         "serve_rss_kib": {"idle": idle_rss, "after_10000_calls": rss_after},
         "cli_peak_rss_kib": cli_peak_kb,
