@@ -109,9 +109,32 @@ fn measure(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
         .collect()
 }
 
+/// `warden --audit-log LOG serve EXTRA…` in `ws`, with the compile cache at `cache`.
+fn serve(warden: &str, ws: &Path, log: &Path, cache: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(warden);
+    c.current_dir(ws).arg("--audit-log").arg(log).arg("serve").args(extra).env("WARDEN_CACHE_DIR", cache);
+    c
+}
+
+/// A `warden serve` process, killed when dropped.
+struct Served(std::process::Child);
+
+impl Served {
+    fn rss_kb(&self) -> u64 {
+        rss_kb(self.0.id())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A persistent raw MCP client of `warden serve` on stdio.
 struct McpClient {
-    child: std::process::Child,
+    child: Served,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
     next: u64,
@@ -119,12 +142,7 @@ struct McpClient {
 
 impl McpClient {
     fn start(warden: &str, ws: &Path, log: &Path, cache: &Path) -> McpClient {
-        let mut child = Command::new(warden)
-            .current_dir(ws)
-            .arg("--audit-log")
-            .arg(log)
-            .arg("serve")
-            .env("WARDEN_CACHE_DIR", cache)
+        let mut child = serve(warden, ws, log, cache, &[])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -132,7 +150,7 @@ impl McpClient {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut c = McpClient { child, stdin, stdout, next: 1 };
+        let mut c = McpClient { child: Served(child), stdin, stdout, next: 1 };
         c.request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
         c.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         c
@@ -166,22 +184,11 @@ impl McpClient {
         let r = self.request("tools/call", json!({"name": "read_file", "arguments": {"path": "four.txt"}}));
         assert_eq!(r["result"]["isError"], false, "{r}");
     }
-
-    fn rss_kb(&self) -> u64 {
-        rss_kb(self.child.id())
-    }
-}
-
-impl Drop for McpClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `warden serve --http` on a loopback port, shared by several clients.
 struct HttpServer {
-    child: std::process::Child,
+    child: Served,
     addr: String,
 }
 
@@ -190,12 +197,7 @@ const HTTP_TOKEN: &str = "bench-token-0123456789abcdef";
 impl HttpServer {
     fn start(warden: &str, ws: &Path, log: &Path, cache: &Path) -> HttpServer {
         use std::io::BufRead;
-        let mut child = Command::new(warden)
-            .current_dir(ws)
-            .arg("--audit-log")
-            .arg(log)
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .env("WARDEN_CACHE_DIR", cache)
+        let mut child = serve(warden, ws, log, cache, &["--http", "127.0.0.1:0"])
             .env("WARDEN_HTTP_TOKEN", HTTP_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -213,18 +215,7 @@ impl HttpServer {
         };
         // Keep draining stderr so that warden never blocks on it.
         std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        HttpServer { child, addr }
-    }
-
-    fn rss_kb(&self) -> u64 {
-        rss_kb(self.child.id())
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        HttpServer { child: Served(child), addr }
     }
 }
 
@@ -298,6 +289,19 @@ impl HttpClient {
         assert_eq!(v["id"], id, "{v}");
         assert_eq!(v["result"]["isError"], false, "{v}");
     }
+}
+
+/// Each client makes one call (warm-up), then `per_client` calls, all clients at
+/// once, each on its own thread: the calls per second of the timed part.
+fn calls_per_second<C: Send>(clients: &mut [C], per_client: usize, call: fn(&mut C)) -> f64 {
+    clients.iter_mut().for_each(call);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for c in clients.iter_mut() {
+            s.spawn(move || (0..per_client).for_each(|_| call(c)));
+        }
+    });
+    (clients.len() * per_client) as f64 / started.elapsed().as_secs_f64()
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -456,7 +460,7 @@ fn main() {
     // MCP over stdio.
     let mcp_log = dir.path().join("mcp-audit.jsonl");
     let mut mcp = McpClient::start(warden_bin, &ws, &mcp_log, &cache);
-    let idle_rss = mcp.rss_kb();
+    let idle_rss = mcp.child.rss_kb();
     for _ in 0..200 {
         mcp.read_file();
     }
@@ -464,50 +468,24 @@ fn main() {
     for _ in 0..7_800 {
         mcp.read_file();
     }
-    let rss_after = mcp.rss_kb();
+    let rss_after = mcp.child.rss_kb();
     drop(mcp);
     let per_client = 1_000;
     let mut clients: Vec<McpClient> =
         (0..8).map(|i| McpClient::start(warden_bin, &ws, &dir.path().join(format!("mcp-{i}.jsonl")), &cache)).collect();
-    for c in &mut clients {
-        c.read_file();
-    }
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for c in &mut clients {
-            s.spawn(move || {
-                for _ in 0..per_client {
-                    c.read_file();
-                }
-            });
-        }
-    });
-    let stdio_per_second = (8 * per_client) as f64 / started.elapsed().as_secs_f64();
+    let stdio_per_second = calls_per_second(&mut clients, per_client, McpClient::read_file);
     drop(clients);
     // 8 clients of one `warden serve --http`: their records share fdatasyncs (group commit).
     let http_log = dir.path().join("http-audit.jsonl");
     let server = HttpServer::start(warden_bin, &ws, &http_log, &cache);
     let mut clients: Vec<HttpClient> = (0..8).map(|_| HttpClient::connect(&server)).collect();
-    for c in &mut clients {
-        c.read_file();
-    }
     let http_per_client = 2_000;
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for c in &mut clients {
-            s.spawn(move || {
-                for _ in 0..http_per_client {
-                    c.read_file();
-                }
-            });
-        }
-    });
-    let per_second = (8 * http_per_client) as f64 / started.elapsed().as_secs_f64();
-    let http_rss = server.rss_kb();
+    let per_second = calls_per_second(&mut clients, http_per_client, HttpClient::read_file);
+    let http_rss = server.child.rss_kb();
     drop(clients);
     drop(server);
     let http_records = warden::audit::verify(&http_log).unwrap().records;
-    assert_eq!(http_records, 8 * (http_per_client + 1), "every HTTP call has its record");
+    assert_eq!(http_records, 8 * (http_per_client as u64 + 1), "every HTTP call has its record");
 
     let rows = [
         ("std::fs::read 4KiB in-process (floor)", percentile(floor.clone(), 0.5), percentile(floor, 0.95)),
