@@ -59,6 +59,11 @@ tier = "ask"
 when = { command = "^rm .*$" }
 tier = "deny"
 
+[tools.show]
+exec = ["/bin/cat", "{path}"]
+tier = "ask"
+fs.read = ["{system}", "{home}/linked"]   # WL113
+
 [tools.fetch]
 exec = ["/bin/true", "{url}"]
 tier = "ask"
@@ -82,7 +87,14 @@ fn planted(text: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// Runs `warden audit` on `policy`, with `HOME/linked/secret-link` a hard link
+/// to the secret outside the workspace (what `WL113` finds).
 fn audit(env: &Env, policy: &str, args: &[&str]) -> util::Run {
+    let linked = env.root.path().join("linked");
+    if !linked.exists() {
+        std::fs::create_dir_all(&linked).unwrap();
+        std::fs::hard_link(env.outside.join("secret.txt"), linked.join("secret-link")).unwrap();
+    }
     let path = env.root.path().join("policy.toml");
     std::fs::write(&path, policy).unwrap();
     let path = path.display().to_string();

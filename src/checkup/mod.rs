@@ -4,12 +4,14 @@
 //!
 //! * [`host`]: what this kernel offers a sandbox;
 //! * the layers each tool of the policy would actually get here;
-//! * [`crate::policy::lint`]: findings with stable rule ids at policy lines;
+//! * [`crate::policy::lint`]: findings with stable rule ids at policy lines
+//!   ([`links`] looks for hard-linked files under the grants);
 //! * [`selftest`]: real escape attempts under this host's sandbox ([`probe`] is
 //!   the program the process cases run);
 //! * [`sarif`]: the findings as SARIF 2.1.0.
 
 pub mod host;
+pub mod links;
 pub mod probe;
 pub mod sarif;
 pub mod selftest;

@@ -244,7 +244,12 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     if let Some(cache) = cache_dir() {
         own_files.push(("component cache".into(), absolute(&cache)));
     }
-    let around = Surroundings { refused: loaded.as_ref().err().cloned(), descriptions, own_files };
+    let around = Surroundings {
+        refused: loaded.as_ref().err().cloned(),
+        descriptions,
+        own_files,
+        hard_links: Some(crate::checkup::links::hard_links),
+    };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
     let cases = if self_test {

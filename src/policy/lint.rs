@@ -190,6 +190,18 @@ pub const RULES: &[LintRule] = &[
         security_severity: "7.0",
     },
     LintRule {
+        id: "WL113",
+        name: "hard-linked-files-in-grant",
+        severity: Severity::Warning,
+        short: "A granted directory holds hard links to files outside it",
+        full: "Landlock and the WASI preopens authorise a path, never a file: a hard link inside a grant to a file \
+               elsewhere gives the tool that file, with the grant's rights, whatever the policy says of its other \
+               paths. A tool cannot make such a link itself; someone outside the sandbox did.",
+        help: "Grant a directory without such links (`find DIR -type f -links +1` lists candidates), or replace the \
+               links with copies.",
+        security_severity: "5.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -228,6 +240,8 @@ struct Linter<'a> {
     text: &'a str,
     origin: &'a str,
     findings: Vec<Finding>,
+    /// What `Surroundings::hard_links` found under each directory, asked once per directory.
+    hard_links: BTreeMap<PathBuf, Option<HardLinks>>,
 }
 
 impl Linter<'_> {
@@ -309,11 +323,25 @@ pub struct Surroundings {
     pub descriptions: BTreeMap<String, String>,
     /// warden's own files (the policy file, the audit log, the component cache), by what they are.
     pub own_files: Vec<(String, PathBuf)>,
+    /// Looks for regular files under a granted directory that have a hard link
+    /// outside it (`warden audit` passes [`crate::checkup::links::hard_links`]).
+    pub hard_links: Option<fn(&Path) -> Option<HardLinks>>,
+}
+
+/// Files under a directory with a hard link outside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardLinks {
+    /// How many were found.
+    pub count: u64,
+    /// The first one found.
+    pub example: PathBuf,
+    /// Whether the whole directory was looked at (the walk is bounded).
+    pub complete: bool,
 }
 
 /// Lints the policy `text` (named `origin` in findings).
 pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> Vec<Finding> {
-    let mut l = Linter { text, origin, findings: Vec::new() };
+    let mut l = Linter { text, origin, findings: Vec::new(), hard_links: BTreeMap::new() };
     if let Some(err) = &around.refused {
         for p in &err.problems {
             let r = rule("WL000");
@@ -417,6 +445,35 @@ fn lint_tool(
                 entry.span(),
                 format!("tool {name}: {:?} makes the home directory {} readable", entry.get_ref(), ctx.home.display()),
             );
+        }
+    }
+    if let Some(scan) = around.hard_links {
+        let mut seen = Vec::new();
+        for entry in t.fs.read.iter().chain(&t.fs.write) {
+            // `{system}` holds the distribution's own hard links (one program under several names).
+            if entry.get_ref().contains("{system}") {
+                continue;
+            }
+            let Some(p) = expand(entry) else { continue };
+            if seen.contains(&p) {
+                continue;
+            }
+            let found = l.hard_links.entry(p.clone()).or_insert_with(|| scan(&p)).clone();
+            if let Some(h) = found {
+                l.add(
+                    "WL113",
+                    entry.span(),
+                    format!(
+                        "tool {name}: {:?} holds {}{} file(s) with a hard link outside it, for example {}: the tool \
+                         reaches each with this grant's rights, whatever the policy says of its other paths",
+                        entry.get_ref(),
+                        if h.complete { "" } else { "at least " },
+                        h.count,
+                        h.example.display()
+                    ),
+                );
+            }
+            seen.push(p);
         }
     }
     if process && let Some(first) = t.net.connect.first() {
