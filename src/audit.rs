@@ -142,10 +142,10 @@ pub struct AuditLog {
 pub const MIN_FREE_BYTES: u64 = 1 << 20;
 
 /// Checks that `file` is still the file at `path` (not removed, or replaced by
-/// another) and, when `writable`, that it is not immutable (`chattr +i`, which
-/// the kernel checks at each write: a log made immutable after warden opened it
-/// would otherwise fail only after the tool ran). Returns its length.
-fn still_there(file: &File, path: &Path, writable: bool) -> std::io::Result<u64> {
+/// another) and not immutable (`chattr +i`, which the kernel checks at each
+/// write: a log made immutable after warden opened it would otherwise fail only
+/// after the tool ran). Returns its length. One `statx` of the open file.
+fn still_there(file: &File, path: &Path) -> std::io::Result<u64> {
     use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, major, minor, statx};
     use std::os::unix::fs::MetadataExt;
     let open = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)?;
@@ -161,7 +161,7 @@ fn still_there(file: &File, path: &Path, writable: bool) -> std::io::Result<u64>
         Err(e) => return Err(std::io::Error::new(e.kind(), format!("the log path cannot be read: {e}"))),
     }
     let immutable = StatxAttributes::IMMUTABLE;
-    if writable && open.stx_attributes_mask.contains(immutable) && open.stx_attributes.contains(immutable) {
+    if open.stx_attributes_mask.contains(immutable) && open.stx_attributes.contains(immutable) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "the log file is immutable (chattr +i): no record can be appended; `chattr -i` it, or use another log",
@@ -211,12 +211,10 @@ impl AuditLog {
     /// file system is writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
     /// before a tool runs, so that a call without a record never runs.
     pub fn check_writable(&self) -> std::io::Result<()> {
-        let guard = self.lock();
-        if let Some(why) = &guard.failed {
+        if let Some(why) = &self.lock().failed {
             return Err(sync_failed(why));
         }
-        still_there(&self.file, &self.path, true)?;
-        drop(guard);
+        still_there(&self.file, &self.path)?;
         let fs = nix::sys::statvfs::fstatvfs(&self.file).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
             return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));
@@ -250,8 +248,7 @@ impl AuditLog {
         // The flock orders this line against other warden processes sharing the log.
         self.file.lock()?;
         // A record appended to a removed or replaced file would be lost without a word.
-        let written =
-            still_there(&self.file, &self.path, false).and_then(|len| self.write_line(&mut commit, record, len));
+        let written = still_there(&self.file, &self.path).and_then(|len| self.write_line(&mut commit, record, len));
         let unlocked = self.file.unlock();
         written.and(unlocked)?;
         commit.written += 1;

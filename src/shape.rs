@@ -32,9 +32,13 @@ fn has_hidden(s: &str) -> bool {
     !s.as_bytes().iter().all(plain) && s.chars().any(is_hidden)
 }
 
+fn strip(s: &str) -> String {
+    s.chars().filter(|&c| !is_hidden(c)).collect()
+}
+
 /// Removes hidden characters from `s`.
 pub fn sanitize_str(s: &str) -> String {
-    if has_hidden(s) { s.chars().filter(|&c| !is_hidden(c)).collect() } else { s.to_string() }
+    if has_hidden(s) { strip(s) } else { s.to_string() }
 }
 
 /// Removes hidden characters from every string (and key) in `v`, in place: a
@@ -42,12 +46,12 @@ pub fn sanitize_str(s: &str) -> String {
 pub fn sanitize(mut v: Value) -> Value {
     fn walk(v: &mut Value) {
         match v {
-            Value::String(s) if has_hidden(s) => *s = s.chars().filter(|&c| !is_hidden(c)).collect(),
+            Value::String(s) if has_hidden(s) => *s = strip(s),
             Value::Array(a) => a.iter_mut().for_each(walk),
             Value::Object(o) => {
                 if o.keys().any(|k| has_hidden(k)) {
                     let taken = std::mem::take(o);
-                    *o = taken.into_iter().map(|(k, v)| (sanitize_str(&k), v)).collect();
+                    *o = taken.into_iter().map(|(k, v)| (if has_hidden(&k) { strip(&k) } else { k }, v)).collect();
                 }
                 o.values_mut().for_each(walk);
             }
