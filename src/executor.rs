@@ -194,7 +194,11 @@ fn random_id(prefix: &str) -> String {
 impl Executor {
     /// An executor for `policy`: loads its plugins (compiled components cached in
     /// `cache_dir`), answering approvals with `approver` and recording to `audit`.
+    /// The process ignores `SIGXFSZ` from then on (a write past an rlimit fails
+    /// instead of killing warden before a record is written).
     pub fn new(policy: Policy, approver: Approver, audit: AuditLog, options: Options) -> Result<Executor, CallError> {
+        // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
+        crate::runtime::process::limits::ignore_sigxfsz();
         let runtime = ComponentRuntime::new(options.cache_dir)?;
         let processes = ProcessRuntime::new(options.sandbox_helper.clone(), policy.mode);
         let servers = ServerPool::new(options.sandbox_helper, policy.mode, policy.workspace.clone());

@@ -128,6 +128,19 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                             "{tmp} a plain directory (no quota without root)".into()
                         });
                     }
+                    layers.push(if host.root {
+                        "memory: a cgroup of its own (memfd, shared memory and {tmp} pages count)".into()
+                    } else {
+                        "memory: rlimits only (address space; memfd pages bounded per file by limits.file_size)".into()
+                    });
+                    layers.push(
+                        match (host.root, e.spec.grants.sysv_ipc) {
+                            (true, _) => "IPC: a private namespace",
+                            (false, true) => "IPC: the host's SysV IPC and message queues (sysv_ipc = true)",
+                            (false, false) => "IPC: SysV IPC and message queues refused",
+                        }
+                        .into(),
+                    );
                     if !e.spec.grants.net.is_empty() {
                         let names = e.spec.grants.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err());
                         layers.push(

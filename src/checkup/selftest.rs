@@ -88,6 +88,7 @@ impl Scene {
             limits: Scene::limits(timeout),
             workspace: self.ws.clone(),
             has_tmp: false,
+            sysv_ipc: false,
         }
     }
 }

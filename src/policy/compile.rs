@@ -555,6 +555,18 @@ fn compile_tool(
         }
     }
 
+    let sysv_ipc = match &t.sysv_ipc {
+        Some(v) if !process => {
+            c.problem(
+                v.span(),
+                format!("tool {name}: sysv_ipc applies to process tools and [servers]; a component has no SysV IPC"),
+            );
+            false
+        }
+        Some(v) => *v.get_ref(),
+        None => false,
+    };
+
     let rules = compile_rules(c, name, &t.rule);
 
     Some(ToolSpec {
@@ -562,7 +574,7 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set },
+        grants: Grants { paths, net, env_pass, env_set, sysv_ipc },
         limits,
         rules,
         location: c.location(span),

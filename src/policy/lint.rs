@@ -202,6 +202,19 @@ pub const RULES: &[LintRule] = &[
         security_severity: "5.0",
     },
     LintRule {
+        id: "WL114",
+        name: "sysv-ipc-shared",
+        severity: Severity::Warning,
+        short: "A process tool may use the host's SysV IPC and POSIX message queues",
+        full: "`sysv_ipc = true` admits shmget, msgget, semget and mq_open where warden cannot give the call a \
+               private IPC namespace (an ordinary user): the tool then sees, reads and consumes the shared memory \
+               and message queues of every process of its uid, warden's neighbours included, and what it makes \
+               outlives the call (memory outside every limit). As root each call has a namespace of its own and \
+               the key changes nothing.",
+        help: "Remove `sysv_ipc`, or run warden as root (as CI does), where every call gets a private IPC namespace.",
+        security_severity: "5.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -519,6 +532,13 @@ fn lint_tool(
         if is_secret_name(v.get_ref()) {
             l.add("WL107", v.span(), format!("tool {name}: env.pass hands {} to the tool", v.get_ref()));
         }
+    }
+    if let Some(v) = t.sysv_ipc.as_ref().filter(|v| *v.get_ref()) {
+        l.add(
+            "WL114",
+            v.span(),
+            format!("tool {name}: sysv_ipc = true opens the host's SysV IPC to the tool without root"),
+        );
     }
     lint_limits(l, name, t);
     lint_shadowed(l, name, t);

@@ -245,6 +245,9 @@ pub struct Grants {
     pub env_pass: Vec<String>,
     /// Environment variables set to a value (placeholders `{tmp}` expanded per call).
     pub env_set: BTreeMap<String, String>,
+    /// SysV IPC and POSIX message queues admitted without a private IPC
+    /// namespace (`sysv_ipc = true`; process tools and servers).
+    pub sysv_ipc: bool,
 }
 
 impl Grants {

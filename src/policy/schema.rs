@@ -78,6 +78,8 @@ pub(crate) struct RawTool {
     pub(crate) env: RawEnv,
     #[serde(default)]
     pub(crate) limits: RawLimits,
+    /// Admit SysV IPC and POSIX message queues where no private IPC namespace can be made.
+    pub(crate) sysv_ipc: Option<Spanned<bool>>,
     #[serde(default)]
     pub(crate) rule: Vec<Spanned<RawRule>>,
 }

@@ -79,6 +79,15 @@ pub struct SandboxReport {
     /// `limits.tmp_size` and `tmp_files` (processes with a `{tmp}` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tmp_quota: Option<bool>,
+    /// What bounded the memory the tree holds (`memfd`, shared memory and
+    /// `{tmp}` pages included): `cgroup`, or `rlimit` (address space and file
+    /// size only) (processes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<&'static str>,
+    /// SysV IPC and POSIX message queues: `namespace` (a private IPC namespace),
+    /// `refused` (seccomp), or `shared` (`sysv_ipc = true` without a namespace) (processes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipc: Option<&'static str>,
 }
 
 /// What a tool returned.
@@ -107,6 +116,8 @@ pub struct Walls {
     pub workspace: PathBuf,
     /// Whether the call has a `{tmp}`.
     pub has_tmp: bool,
+    /// SysV IPC and POSIX message queues admitted without a private IPC namespace.
+    pub sysv_ipc: bool,
 }
 
 impl Walls {
@@ -155,6 +166,7 @@ impl Walls {
             limits: tool.limits,
             workspace: workspace.to_path_buf(),
             has_tmp: tmp.is_some(),
+            sysv_ipc: g.sysv_ipc,
         };
         Ok((walls, tmp))
     }

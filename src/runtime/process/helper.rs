@@ -8,13 +8,16 @@
 //!    server, on the host socket itself (its requests arrive there);
 //! 2. starts a new session and process group (the host kills the whole group);
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
-//! 4. joins the per-call pids cgroup (as root), and mounts `{tmp}` as a tmpfs of
-//!    its own in a private mount namespace (as root; [`tmpfs`]);
+//! 4. joins the per-call cgroups (pids and memory, as root), mounts `{tmp}` as a
+//!    tmpfs of its own in a private mount namespace (as root; [`tmpfs`]), and
+//!    enters a private IPC namespace (as root);
 //! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root);
 //! 6. as root: locks the securebits, becomes the workspace owner when that is
 //!    not root (and asks for the parent-death signal again: a uid change clears
 //!    it), and empties every capability set;
-//! 7. changes to the working directory; sets `NO_NEW_PRIVS`;
+//! 7. changes to the working directory; sets `NO_NEW_PRIVS`; restores the
+//!    default action of `SIGXFSZ` (warden ignores it, and an ignored signal
+//!    stays ignored across `execve`: the tool must die of `limits.file_size`);
 //! 8. Landlock; 9. seccomp, last; then reports and `execve`s the tool.
 //!
 //! Any failure is reported on the socket and the helper exits 126: the tool
@@ -145,9 +148,11 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
             return Err(format!("the host did not move the helper into the pids cgroup {name}"));
         }
         r.cgroup = true;
-    } else if let Some(procs) = &spec.cgroup_procs {
-        std::fs::write(procs, std::process::id().to_string())
-            .map_err(|e| format!("cannot join the pids cgroup {}: {e}", procs.display()))?;
+    } else if !spec.cgroup_procs.is_empty() {
+        for procs in &spec.cgroup_procs {
+            std::fs::write(procs, std::process::id().to_string())
+                .map_err(|e| format!("cannot join the call's cgroup {}: {e}", procs.display()))?;
+        }
         r.cgroup = true;
     }
 
@@ -159,6 +164,13 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
             Err(e) if quota.required => return Err(e),
             Err(_) => r.tmp_quota = false,
         }
+    }
+
+    // 4c. A private IPC namespace (as root, while the capabilities last).
+    if spec.ipc_namespace {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
+            .map_err(|e| format!("cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
+        r.ipc_namespace = true;
     }
 
     // 5. rlimits.
@@ -184,6 +196,10 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     // 7. Working directory, then no new privileges.
     std::env::set_current_dir(&spec.cwd).map_err(|e| format!("cannot enter {}: {e}", spec.cwd.display()))?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    // SAFETY: restoring a signal's default disposition installs no handler.
+    #[allow(unsafe_code)]
+    unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGXFSZ, nix::sys::signal::SigHandler::SigDfl) }
+        .map_err(|e| format!("cannot restore SIGXFSZ: {e}"))?;
 
     // 8. Landlock.
     let abi = landlock::kernel_abi();
@@ -205,6 +221,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         host_pid: spec.parent_pid,
         host_pgid,
         uid0: nix::unistd::getuid().is_root(),
+        ipc: r.ipc_namespace || spec.sysv_ipc,
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

@@ -1,10 +1,8 @@
-//! Resource limits, capabilities and the pids cgroup: what bounds a process
-//! tool's tree and strips root of its privileges.
+//! Resource limits and capabilities: what bounds each process of a tool's
+//! tree and strips root of its privileges ([`super::cgroup`] bounds the tree).
 //!
 //! Each `apply_*` changes the calling process; the helper calls them in the
 //! order `run_main` documents.
-
-use std::path::{Path, PathBuf};
 
 use nix::sys::resource::{Resource, setrlimit};
 
@@ -94,85 +92,15 @@ pub fn apply_identity(uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// A per-call pids cgroup (v1 `pids` hierarchy, or v2 with the pids controller).
-#[derive(Debug)]
-pub struct PidsCgroup {
-    dir: PathBuf,
-    /// `v1` or `v2`.
-    pub version: &'static str,
-}
-
-impl PidsCgroup {
-    /// Creates `warden-<id>` with `pids.max = max`; `None` when no pids controller is usable.
-    pub fn create(id: &str, max: u32) -> Option<PidsCgroup> {
-        let candidates: [(&str, &'static str); 2] = [("/sys/fs/cgroup/pids", "v1"), ("/sys/fs/cgroup", "v2")];
-        for (base, version) in candidates {
-            let base = Path::new(base);
-            if version == "v2" {
-                let controllers = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
-                if !controllers.split_whitespace().any(|c| c == "pids") {
-                    continue;
-                }
-            } else if !base.join("cgroup.procs").exists() {
-                continue;
-            }
-            let dir = base.join(format!("warden-{id}"));
-            if std::fs::create_dir(&dir).is_err() {
-                continue;
-            }
-            if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
-                let _ = std::fs::remove_dir(&dir);
-                continue;
-            }
-            return Some(PidsCgroup { dir, version });
-        }
-        None
-    }
-
-    /// The cgroup's directory name (`warden-<id>`).
-    pub fn name(&self) -> String {
-        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    }
-
-    /// Moves `pid` into the cgroup.
-    pub fn join(&self, pid: u32) -> std::io::Result<()> {
-        std::fs::write(self.procs_file(), pid.to_string())
-    }
-
-    /// The file a process writes its pid to, to join.
-    pub fn procs_file(&self) -> PathBuf {
-        self.dir.join("cgroup.procs")
-    }
-
-    /// Whether the tree hit `pids.max`.
-    pub fn hit_max(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("pids.events"))
-            .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse::<u64>().ok())))
-            .is_some_and(|n| n > 0)
-    }
-
-    /// The pids still inside.
-    pub fn pids(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.procs_file())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for PidsCgroup {
-    fn drop(&mut self) {
-        for _ in 0..200 {
-            for pid in self.pids() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        tracing::warn!("cannot remove the cgroup {}", self.dir.display());
+/// Makes the calling process ignore `SIGXFSZ`, so a write past `RLIMIT_FSIZE`
+/// fails with `EFBIG` (which the audit log reports) instead of killing warden
+/// between a tool's run and its record. Process-wide; the sandbox helper
+/// restores the default before it execs a tool.
+pub fn ignore_sigxfsz() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: SIG_IGN installs no handler code; it only changes the disposition.
+    #[allow(unsafe_code)]
+    if let Err(e) = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) } {
+        tracing::warn!("cannot ignore SIGXFSZ: {e}");
     }
 }

@@ -9,9 +9,10 @@
 //! timeout or cap, `SIGKILL` to the whole process group (descendants cannot
 //! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
 //!
-//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`helper`];
+//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`], [`helper`];
 //! [`spec`] is what the host hands the helper.
 
+pub mod cgroup;
 pub mod helper;
 pub mod landlock;
 pub mod limits;
@@ -84,7 +85,7 @@ pub struct ServerProcess {
     pid: Pid,
     /// The program's stdin (the helper socket), until taken.
     channel: Option<std::os::unix::net::UnixStream>,
-    cgroup: Option<limits::PidsCgroup>,
+    cgroup: Option<cgroup::CallCgroup>,
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
 }
@@ -164,7 +165,7 @@ struct Spawned {
     /// server, the program's stdin goes out on it).
     channel: std::os::unix::net::UnixStream,
     /// The per-call pids cgroup (as root); removed when dropped.
-    cgroup: Option<limits::PidsCgroup>,
+    cgroup: Option<cgroup::CallCgroup>,
 }
 
 /// How a supervised process ended.
@@ -241,7 +242,9 @@ impl ProcessRuntime {
         let ended = supervise(pid, limits.timeout, cancel, cgroup.as_ref());
         let (stdout, out_total) = out_reader.join().unwrap_or_default();
         let (stderr, err_total) = err_reader.join().unwrap_or_default();
-        let hit_pids_max = cgroup.as_ref().is_some_and(limits::PidsCgroup::hit_max);
+        let hit_pids_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_max);
+        let hit_memory_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_memory_max);
+        let memory_cgroup = cgroup.as_ref().is_some_and(cgroup::CallCgroup::has_memory);
         drop(cgroup);
         let ended = ended?;
         let elapsed = started.elapsed();
@@ -308,6 +311,15 @@ impl ProcessRuntime {
                     format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
                 ));
             }
+            Some(libc::SIGKILL) if hit_memory_max => {
+                return Err(CallError::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "{tool}: killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count)",
+                        limits.memory
+                    ),
+                ));
+            }
             Some(libc::SIGKILL) if cpu_spent => {
                 return Err(CallError::new(
                     ErrorCode::LimitExceeded,
@@ -341,9 +353,9 @@ impl ProcessRuntime {
                 json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
         }
         if self.mode == SandboxMode::BestEffort {
-            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota});
+            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup});
         }
-        Ok(RunOutput { value, usage, sandbox: Some(self.confirmed(walls, &report)) })
+        Ok(RunOutput { value, usage, sandbox: Some(self.confirmed(walls, &report, memory_cgroup)) })
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
@@ -369,7 +381,10 @@ impl ProcessRuntime {
             let _ = getrandom::fill(&mut b);
             hex::encode(b)
         };
-        let cgroup = if self.support.root { limits::PidsCgroup::create(&call_id, limits.processes) } else { None };
+        let tmpfs = tmp.is_some() && self.support.root;
+        let memory_max = limits.memory.saturating_add(if tmpfs { limits.tmp_size } else { 0 });
+        let cgroup =
+            if self.support.root { cgroup::CallCgroup::create(&call_id, limits.processes, memory_max) } else { None };
         if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
             return Err(CallError::new(
                 ErrorCode::SandboxUnavailable,
@@ -425,8 +440,10 @@ impl ProcessRuntime {
                 }),
                 _ => None,
             },
-            cgroup_procs: cgroup.as_ref().map(limits::PidsCgroup::procs_file),
+            cgroup_procs: cgroup.as_ref().map(cgroup::CallCgroup::procs_files).unwrap_or_default(),
             cgroup_joined: None,
+            ipc_namespace: self.support.root,
+            sysv_ipc: walls.sysv_ipc,
             run_as,
             drop_caps: self.support.root,
             require_landlock: self.mode == SandboxMode::Enforce,
@@ -461,7 +478,7 @@ impl ProcessRuntime {
             && c.join(child.id()).is_ok()
         {
             spec.cgroup_joined = Some(c.name());
-            spec.cgroup_procs = None;
+            spec.cgroup_procs = Vec::new();
         }
         let spec_json = serde_json::to_vec(&spec)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
@@ -499,15 +516,22 @@ impl ProcessRuntime {
             return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("server {name}: {why}")));
         }
         let _ = channel.set_read_timeout(None);
-        let mut confirmed = self.confirmed(walls, &report);
+        let memory_cgroup = process.cgroup.as_ref().is_some_and(cgroup::CallCgroup::has_memory);
+        let mut confirmed = self.confirmed(walls, &report, memory_cgroup);
         confirmed.runtime = "mcp-server";
         process.channel = Some(channel);
         Ok(process.with_report(confirmed))
     }
 
     /// The sandbox as the helper's `report` confirmed it.
-    fn confirmed(&self, walls: &Walls, report: &HelperReport) -> SandboxReport {
+    fn confirmed(&self, walls: &Walls, report: &HelperReport, memory_cgroup: bool) -> SandboxReport {
         let mut confirmed = self.report(walls);
+        confirmed.memory = Some(if memory_cgroup { "cgroup" } else { "rlimit" });
+        confirmed.ipc = Some(match (report.ipc_namespace, walls.sysv_ipc) {
+            (true, _) => "namespace",
+            (false, true) => "shared",
+            (false, false) => "refused",
+        });
         confirmed.landlock_abi = Some(report.landlock_abi);
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
@@ -541,6 +565,12 @@ impl ProcessRuntime {
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
             tmp_quota: walls.has_tmp.then_some(self.support.root),
+            memory: Some(if self.support.root { "cgroup" } else { "rlimit" }),
+            ipc: Some(match (self.support.root, walls.sysv_ipc) {
+                (true, _) => "namespace",
+                (false, true) => "shared",
+                (false, false) => "refused",
+            }),
         }
     }
 }
@@ -614,7 +644,7 @@ fn supervise(
     pid: Pid,
     timeout: Duration,
     cancel: &Cancel,
-    cgroup: Option<&limits::PidsCgroup>,
+    cgroup: Option<&cgroup::CallCgroup>,
 ) -> Result<Ended, CallError> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -659,6 +689,13 @@ fn supervise(
     if r < 0 {
         return Err(CallError::new(ErrorCode::Internal, format!("wait4: {}", std::io::Error::last_os_error())));
     }
+    // Any other child of warden's in the call's group (seccomp refuses
+    // `CLONE_PARENT`, so there should be none) is reaped too: no zombie piles up.
+    while let Ok(s) = waitid(Id::PGid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
+        if s == nix::sys::wait::WaitStatus::StillAlive {
+            break;
+        }
+    }
     Ok(Ended { status, rusage, timed_out, cancelled })
 }
 
@@ -667,7 +704,7 @@ fn supervise(
 /// members (zombies are not listed, and no member can leave: `setsid` and
 /// `setpgid` are refused, the cgroup files are outside every grant); without
 /// one, `/proc` is scanned, which costs a read per process on the host.
-fn kill_group(pgid: Pid, cgroup: Option<&limits::PidsCgroup>) {
+fn kill_group(pgid: Pid, cgroup: Option<&cgroup::CallCgroup>) {
     for _ in 0..1000 {
         if let Err(nix::errno::Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
             return;

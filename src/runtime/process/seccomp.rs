@@ -25,6 +25,31 @@
 //! * `EPERM` for metadata changes when the tool runs as uid 0 (a root-owned
 //!   workspace): `chmod`, `chown` and extended-attribute calls. Landlock does not
 //!   mediate them, and uid 0 owns most of the system's files.
+//! * `EPERM` for implicit connects and listens that Landlock's `connect` and
+//!   `bind` hooks never see: TCP Fast Open (`MSG_FASTOPEN` on `sendto`,
+//!   `sendmsg`, `sendmmsg`; `TCP_FASTOPEN_CONNECT` and `TCP_FASTOPEN` through
+//!   `setsockopt`) and `listen` (which auto-binds an unbound socket to an
+//!   ephemeral port on every address): a process tool shares the host's network.
+//! * `EPERM` for resource and scheduling calls aimed at another process: a
+//!   tool of the same uid as warden could otherwise set warden's rlimits
+//!   (`prlimit64` with a pid and a new limit: `RLIMIT_FSIZE = 0` kills it with
+//!   `SIGXFSZ` mid-record), priorities (`setpriority` with a `who` or
+//!   `PRIO_USER`), CPU affinity and policy (`sched_set*` with a pid), I/O
+//!   priority (`ioprio_set` with a `who` or `IOPRIO_WHO_USER`) or memory
+//!   placement (`migrate_pages`, `move_pages` with a pid); `process_madvise`,
+//!   `kcmp` and `pidfd_getfd` are refused outright. Each call on the caller itself
+//!   (pid 0) still works.
+//! * `EPERM` for the other routes to a process or a socket outside the call:
+//!   `clone` with `CLONE_PARENT` (the child would be warden's), `fcntl`
+//!   `F_SETOWN`/`F_SETOWN_EX` and `ioctl` `FIOSETOWN`/`SIOCSPGRP` (the kernel
+//!   would signal a chosen process when a descriptor is ready), datagram
+//!   `socketpair`s (either end can `sendto` any unix datagram socket by path),
+//!   `bind` when UDP is not admitted, `SO_REUSEPORT`, and `fanotify_init`.
+//! * `EPERM` for SysV IPC (`shm*`, `msg*`, `sem*`) and POSIX message queues
+//!   (`mq_*`): their objects outlive the process, are shared by every process
+//!   of the IPC namespace and hold memory outside every rlimit. They are
+//!   admitted only when the call has a private IPC namespace (as root: every
+//!   object dies with the call) or the tool sets `sysv_ipc = true`.
 //! * A first filter refuses x32 syscall numbers (bit 30) and kills on any
 //!   architecture but x86_64, so no alternate numbering reaches the rules.
 
@@ -63,6 +88,7 @@ const ENOSYS_CALLS: &[i64] = &[
     libc::SYS_fsmount,
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
+    467, // open_tree_attr
 ];
 
 const EPERM_CALLS: &[i64] = &[
@@ -95,7 +121,64 @@ const EPERM_CALLS: &[i64] = &[
     libc::SYS_personality,
     libc::SYS_setsid,
     libc::SYS_setpgid,
+    libc::SYS_listen,
+    libc::SYS_process_madvise,
+    libc::SYS_kcmp,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_fanotify_init,
 ];
+
+/// SysV IPC and POSIX message queues: kernel objects that outlive the process
+/// (refused unless the call has a private IPC namespace, or `sysv_ipc = true`).
+const IPC_CALLS: &[i64] = &[
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmdt,
+    libc::SYS_shmctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
+];
+
+/// Calls whose first argument is a pid (0: the caller) and that change the
+/// target's resources or scheduling: refused for any pid but 0.
+const OWN_PID_ONLY_CALLS: &[i64] = &[
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_setscheduler,
+    libc::SYS_sched_setparam,
+    libc::SYS_sched_setattr,
+    libc::SYS_migrate_pages,
+    libc::SYS_move_pages,
+];
+
+/// `MSG_FASTOPEN`: a send that connects first (TCP Fast Open).
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+/// `TCP_FASTOPEN` (a listener's queue) and `TCP_FASTOPEN_CONNECT` (a connect deferred to the first write).
+const TCP_FASTOPEN_OPTS: [u64; 2] = [23, 30];
+/// `PRIO_USER` for `setpriority`: every process of a uid.
+const PRIO_USER: u64 = 2;
+/// `IOPRIO_WHO_USER` for `ioprio_set`: every process of a uid.
+const IOPRIO_WHO_USER: u64 = 3;
+/// `CLONE_PARENT`: the child would be warden's, outside the call's reaping.
+const CLONE_PARENT: u64 = 0x8000;
+/// `fcntl` commands that make the kernel signal a chosen process or group
+/// (`SIGIO`, or any signal with `F_SETSIG`) when a descriptor is ready.
+const FCNTL_SETOWN: [u64; 2] = [libc::F_SETOWN as u64, 15]; // 15: F_SETOWN_EX
+/// `FIOSETOWN` and `SIOCSPGRP`: the same through `ioctl`.
+const IOCTL_SETOWN: [u64; 2] = [0x8901, 0x8902];
+/// `SO_REUSEPORT`: sharing a port (and its datagrams) with another socket of the uid.
+const SO_REUSEPORT: u64 = 15;
 
 fn rule(conds: Vec<Cond>) -> Result<SeccompRule, String> {
     SeccompRule::new(conds).map_err(|e| e.to_string())
@@ -138,6 +221,8 @@ pub struct Target {
     pub host_pgid: u32,
     /// The tool runs as uid 0: refuse `chmod`, `chown` and xattr changes.
     pub uid0: bool,
+    /// Admit SysV IPC and POSIX message queues (a private IPC namespace, or `sysv_ipc = true`).
+    pub ipc: bool,
 }
 
 /// The metadata calls refused to a tool running as uid 0.
@@ -158,6 +243,7 @@ const UID0_EPERM_CALLS: &[i64] = &[
     libc::SYS_lremovexattr,
     libc::SYS_fremovexattr,
     466, // removexattrat
+    469, // file_setattr
 ];
 
 /// `SOCK_PACKET` (10): the obsolete packet type, which `libc` marks deprecated.
@@ -179,13 +265,20 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         .iter()
         .map(|&flag| rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?]))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut clone_rules = clone_rules;
+    clone_rules.push(rule(vec![cond(0, Len::Qword, Op::MaskedEq(CLONE_PARENT), CLONE_PARENT)?])?);
     eperm.insert(libc::SYS_clone, clone_rules);
+    let mut ioctl_rules = vec![
+        rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCSTI)?])?,
+        rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCLINUX)?])?,
+    ];
+    for request in IOCTL_SETOWN {
+        ioctl_rules.push(rule(vec![cond(1, Len::Dword, Op::Eq, request)?])?);
+    }
+    eperm.insert(libc::SYS_ioctl, ioctl_rules);
     eperm.insert(
-        libc::SYS_ioctl,
-        vec![
-            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCSTI)?])?,
-            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCLINUX)?])?,
-        ],
+        libc::SYS_fcntl,
+        FCNTL_SETOWN.iter().map(|&c| rule(vec![cond(1, Len::Dword, Op::Eq, c)?])).collect::<Result<Vec<_>, _>>()?,
     );
     let unix = libc::AF_UNIX as u64;
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
@@ -219,8 +312,21 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         vec![]
     };
     eperm.insert(libc::SYS_socket, socket_rules);
-    // socketpair only makes AF_UNIX pairs; refuse anything else for clarity.
-    eperm.insert(libc::SYS_socketpair, vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?]);
+    // socketpair only makes AF_UNIX pairs; refuse anything else for clarity. A
+    // datagram pair is refused too: either end may still `sendto` (or
+    // `connect` again) any unix datagram socket the uid can write, by path.
+    eperm.insert(
+        libc::SYS_socketpair,
+        vec![
+            rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?,
+            rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?,
+        ],
+    );
+    // bind: Landlock allows TCP on no port; without UDP nothing may bind at all
+    // (a socketpair end could take an abstract name a host daemon binds later).
+    if !udp {
+        eperm.insert(libc::SYS_bind, vec![]);
+    }
 
     // Signals to the host. pid_t is 32 bits: compare the low half, two's complement.
     let host = u64::from(target.host_pid);
@@ -239,6 +345,46 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     eperm.insert(libc::SYS_pidfd_open, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
     if target.uid0 {
         for &call in UID0_EPERM_CALLS {
+            eperm.insert(call, vec![]);
+        }
+    }
+
+    // Implicit connects: TCP Fast Open.
+    let fastopen = |arg: u8| -> Result<Vec<SeccompRule>, String> {
+        Ok(vec![rule(vec![cond(arg, Len::Dword, Op::MaskedEq(MSG_FASTOPEN), MSG_FASTOPEN)?])?])
+    };
+    eperm.insert(libc::SYS_sendto, fastopen(3)?);
+    eperm.insert(libc::SYS_sendmsg, fastopen(2)?);
+    eperm.insert(libc::SYS_sendmmsg, fastopen(3)?);
+    let mut setsockopt_rules = TCP_FASTOPEN_OPTS
+        .iter()
+        .map(|&opt| {
+            rule(vec![cond(1, Len::Dword, Op::Eq, libc::IPPROTO_TCP as u64)?, cond(2, Len::Dword, Op::Eq, opt)?])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    setsockopt_rules.push(rule(vec![
+        cond(1, Len::Dword, Op::Eq, libc::SOL_SOCKET as u64)?,
+        cond(2, Len::Dword, Op::Eq, SO_REUSEPORT)?,
+    ])?);
+    eperm.insert(libc::SYS_setsockopt, setsockopt_rules);
+
+    // Other processes' resources and scheduling.
+    eperm.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![cond(0, Len::Dword, Op::Ne, 0)?, cond(2, Len::Qword, Op::Ne, 0)?])?],
+    );
+    for call in [libc::SYS_setpriority, libc::SYS_ioprio_set] {
+        let user = if call == libc::SYS_setpriority { PRIO_USER } else { IOPRIO_WHO_USER };
+        eperm.insert(
+            call,
+            vec![rule(vec![cond(0, Len::Dword, Op::Eq, user)?])?, rule(vec![cond(1, Len::Dword, Op::Ne, 0)?])?],
+        );
+    }
+    for &call in OWN_PID_ONLY_CALLS {
+        eperm.insert(call, vec![rule(vec![cond(0, Len::Dword, Op::Ne, 0)?])?]);
+    }
+    if !target.ipc {
+        for &call in IPC_CALLS {
             eperm.insert(call, vec![]);
         }
     }
@@ -263,7 +409,7 @@ mod tests {
         for (net, udp, uid0) in
             [(false, false, false), (true, false, false), (true, true, false), (false, false, true), (true, true, true)]
         {
-            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0 };
+            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0 };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));

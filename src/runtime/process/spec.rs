@@ -37,12 +37,23 @@ pub struct SandboxSpec {
     /// `{tmp}` as a tmpfs of its own (as root; see [`super::tmpfs`]).
     #[serde(default)]
     pub tmp_quota: Option<TmpQuota>,
-    /// A pids cgroup (its `cgroup.procs` file) the helper joins before anything else.
-    pub cgroup_procs: Option<PathBuf>,
+    /// The call's cgroups (their `cgroup.procs` files: pids, and memory where
+    /// it is a hierarchy of its own) the helper joins before anything else, when
+    /// the host could not move it there.
+    #[serde(default)]
+    pub cgroup_procs: Vec<PathBuf>,
     /// The pids cgroup the host already moved the helper into, by directory
     /// name: the helper checks `/proc/self/cgroup` names it before going on.
     #[serde(default)]
     pub cgroup_joined: Option<String>,
+    /// A private IPC namespace (as root): SysV IPC objects and POSIX message
+    /// queues made by the call die with it, and no other process's are visible.
+    #[serde(default)]
+    pub ipc_namespace: bool,
+    /// Admit SysV IPC and POSIX message queues without a private IPC namespace
+    /// (the tool's `sysv_ipc = true`).
+    #[serde(default)]
+    pub sysv_ipc: bool,
     /// Run as this uid and gid (only when warden runs as root).
     pub run_as: Option<(u32, u32)>,
     /// Drop every capability and lock the securebits (when running as root).
@@ -111,6 +122,9 @@ pub struct HelperReport {
     /// Whether `{tmp}` is a tmpfs of its own, bounded by `limits.tmp_size` and `tmp_files`.
     #[serde(default)]
     pub tmp_quota: bool,
+    /// Whether the call has a private IPC namespace.
+    #[serde(default)]
+    pub ipc_namespace: bool,
 }
 
 /// The helper's report channel (close-on-exec).

@@ -336,6 +336,7 @@ impl ComponentRuntime {
             },
             workspace: PathBuf::from("/"),
             has_tmp: false,
+            sysv_ipc: false,
         };
         let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
         let tools = pre
@@ -548,6 +549,8 @@ impl ComponentRuntime {
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
             tmp_quota: None,
+            memory: None,
+            ipc: None,
         }
     }
 }
@@ -763,7 +766,15 @@ mod tests {
             tmp_size: 0,
             tmp_files: 0,
         };
-        Walls { dirs: vec![], env: vec![], net: vec![], limits, workspace: PathBuf::from("/"), has_tmp: false }
+        Walls {
+            dirs: vec![],
+            env: vec![],
+            net: vec![],
+            limits,
+            workspace: PathBuf::from("/"),
+            has_tmp: false,
+            sysv_ipc: false,
+        }
     }
 
     /// Table growth is bounded like memory: a guest asking for a million more
