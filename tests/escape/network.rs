@@ -306,7 +306,7 @@ pub(crate) fn cases() -> Vec<Case> {
             "net-tcp-listen/process",
             "process",
             "with a network grant, bind and listen on a TCP port (to be reached from outside)",
-            "bind() refused (Landlock handles bind and allows it on no port)",
+            "bind() refused with EPERM (seccomp: no bind without UDP; Landlock also handles TCP bind and allows it on no port)",
             |s| {
                 let a = Tcp::new();
                 let r = probe(
@@ -320,7 +320,86 @@ pub(crate) fn cases() -> Vec<Case> {
                      attempt('bind0', lambda: listen(0))\n\
                      attempt('bind', lambda: listen(47321))\n",
                 );
-                judged(&r, "EACCES", 2, 0)
+                judged(&r, "EPERM", 2, 0)
+            },
+        ),
+        c(
+            "net-tcp-listen-autobind/process",
+            "process",
+            "with a network grant, listen() on a socket never bound (the kernel would bind it to an ephemeral port on every address)",
+            "listen() refused with EPERM (seccomp: the tool shares the host's network); nothing listens",
+            |s| {
+                let a = Tcp::new();
+                let r = probe(
+                    s,
+                    "tcp-autobind",
+                    granted(a.port()),
+                    "def autobind(family):\n\
+                     \x20   x = socket.socket(family)\n\
+                     \x20   x.listen()\n\
+                     \x20   print('listening on', x.getsockname())\n\
+                     attempt('listen', lambda: autobind(socket.AF_INET))\n\
+                     attempt('listen6', lambda: autobind(socket.AF_INET6))\n",
+                );
+                judged(&r, "EPERM", 2, 0)
+            },
+        ),
+        c(
+            "net-tcp-fastopen/process",
+            "process",
+            "with net.connect = 127.0.0.1:A, reach port B by TCP Fast Open: sendto and sendmsg with MSG_FASTOPEN, \
+             sendmmsg with MSG_FASTOPEN (ctypes), TCP_FASTOPEN_CONNECT then connect (and connect to A, as a control)",
+            "EPERM for all four (seccomp; Landlock's connect hook is not on the Fast Open path); B's listener sees nothing",
+            |s| {
+                let (a, b) = (Tcp::new(), Tcp::new());
+                let r = probe(
+                    s,
+                    "tcp-fastopen",
+                    granted(a.port()),
+                    &format!(
+                        "import ctypes, os\n\
+                         libc = ctypes.CDLL(None, use_errno=True)\n\
+                         B = {b}\n\
+                         def tfo_sendto():\n\
+                         \x20   socket.socket().sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', B))\n\
+                         def tfo_sendmsg():\n\
+                         \x20   socket.socket().sendmsg([b'x'], [], socket.MSG_FASTOPEN, ('127.0.0.1', B))\n\
+                         class iovec(ctypes.Structure):\n\
+                         \x20   _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n\
+                         class msghdr(ctypes.Structure):\n\
+                         \x20   _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint32), ('iov', ctypes.POINTER(iovec)), ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t), ('flags', ctypes.c_int)]\n\
+                         class mmsghdr(ctypes.Structure):\n\
+                         \x20   _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]\n\
+                         def tfo_sendmmsg():\n\
+                         \x20   x = socket.socket()\n\
+                         \x20   addr = ctypes.create_string_buffer(bytes([2, 0]) + B.to_bytes(2, 'big') + bytes([127, 0, 0, 1]) + bytes(8), 16)\n\
+                         \x20   data = ctypes.create_string_buffer(b'x', 1)\n\
+                         \x20   iov = iovec(ctypes.cast(data, ctypes.c_void_p), 1)\n\
+                         \x20   m = mmsghdr(msghdr(ctypes.cast(addr, ctypes.c_void_p), 16, ctypes.pointer(iov), 1, None, 0, 0), 0)\n\
+                         \x20   if libc.sendmmsg(x.fileno(), ctypes.byref(m), 1, socket.MSG_FASTOPEN) < 0:\n\
+                         \x20       e = ctypes.get_errno()\n\
+                         \x20       raise OSError(e, os.strerror(e))\n\
+                         def tfo_option():\n\
+                         \x20   x = socket.socket()\n\
+                         \x20   x.setsockopt(socket.IPPROTO_TCP, 30, 1)\n\
+                         \x20   x.connect(('127.0.0.1', B))\n\
+                         \x20   x.send(b'x')\n\
+                         attempt('sendto', tfo_sendto)\n\
+                         attempt('sendmsg', tfo_sendmsg)\n\
+                         attempt('sendmmsg', tfo_sendmmsg)\n\
+                         attempt('option', tfo_option)\n\
+                         try:\n\
+                         \x20   socket.socket().connect(('127.0.0.1', {a}))\n\
+                         \x20   print('granted ok')\n\
+                         except OSError as e:\n\
+                         \x20   print('granted failed', e)\n",
+                        a = a.port(),
+                        b = b.port()
+                    ),
+                );
+                let o = judged(&r, "EPERM", 4, b.arrived());
+                let control = r.out().contains("granted ok") && a.arrived() == 1;
+                Observed::new(o.contained && control, format!("{}; the granted port worked: {control}", o.observed))
             },
         ),
         c(

@@ -467,7 +467,114 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(r.success() && denied == files.len() && !r.out().contains("MOVED"), r.brief())
             },
         ),
+        c(
+            "priv-prlimit-warden",
+            "set warden's own rlimits from the tool (its parent, as the same uid): prlimit64(warden, RLIMIT_FSIZE = 0) \
+             to kill it with SIGXFSZ while it writes the record, RLIMIT_NOFILE = 0, RLIMIT_CPU = 0; reading them, and \
+             lowering the tool's own, as controls",
+            "EPERM for the three changes (seccomp: prlimit64 with a pid and a new limit); the controls work; warden \
+             answers and its record is in a log that verifies",
+            |s| {
+                owner_probe(
+                    s,
+                    "prlimit",
+                    "import struct\n\
+                     zero = ctypes.create_string_buffer(struct.pack('QQ', 0, 0), 16)\n\
+                     old = ctypes.create_string_buffer(16)\n\
+                     mine = ctypes.create_string_buffer(struct.pack('QQ', 1 << 20, 1 << 20), 16)\n\
+                     show('fsize', 302, ppid, 1, ctypes.addressof(zero), 0)\n\
+                     show('nofile', 302, ppid, 7, ctypes.addressof(zero), 0)\n\
+                     show('cpu', 302, ppid, 0, ctypes.addressof(zero), 0)\n\
+                     show('read', 302, ppid, 1, 0, ctypes.addressof(old))\n\
+                     show('own', 302, 0, 1, ctypes.addressof(mine), 0)\n",
+                    &[("fsize", "EPERM"), ("nofile", "EPERM"), ("cpu", "EPERM"), ("read", "ok"), ("own", "ok")],
+                )
+            },
+        ),
+        c(
+            "priv-sched-warden",
+            "slow warden down from the tool (its parent, as the same uid): setpriority on its pid and on PRIO_USER, \
+             sched_setaffinity, sched_setscheduler and sched_setattr (SCHED_IDLE), sched_setparam, ioprio_set on its \
+             pid and on IOPRIO_WHO_USER, migrate_pages, move_pages, process_madvise, kcmp, pidfd_getfd; the same calls \
+             on the tool itself (pid 0) as controls",
+            "EPERM for each call aimed at another process (seccomp); the controls work; warden answers and its record \
+             is in a log that verifies",
+            |s| {
+                owner_probe(
+                    s,
+                    "sched",
+                    "import struct\n\
+                     mask = ctypes.create_string_buffer(b'\\x01' + bytes(127), 128)\n\
+                     param = ctypes.create_string_buffer(bytes(4), 4)\n\
+                     attr = ctypes.create_string_buffer(struct.pack('IIQiIQQQ', 48, 5, 0, 0, 0, 0, 0, 0), 48)\n\
+                     show('setpriority', 141, 0, ppid, 19)\n\
+                     show('setpriority_user', 141, 2, 0, 19)\n\
+                     show('affinity', 203, ppid, 128, ctypes.addressof(mask))\n\
+                     show('scheduler', 144, ppid, 5, ctypes.addressof(param))\n\
+                     show('param', 142, ppid, ctypes.addressof(param))\n\
+                     show('attr', 314, ppid, ctypes.addressof(attr), 0)\n\
+                     show('ioprio', 251, 1, ppid, 3 << 13)\n\
+                     show('ioprio_user', 251, 3, 0, 3 << 13)\n\
+                     show('migrate', 256, ppid, 64, ctypes.addressof(mask), ctypes.addressof(mask))\n\
+                     show('move_pages', 279, ppid, 0, 0, 0, 0, 0)\n\
+                     show('madvise', 440, 0, 0, 0, 0, 0)\n\
+                     show('kcmp', 312, ppid, os.getpid(), 0, 0, 0)\n\
+                     show('pidfd_getfd', 438, 0, 0, 0)\n\
+                     show('own_nice', 141, 0, 0, 1)\n\
+                     show('own_affinity', 203, 0, 128, ctypes.addressof(mask))\n\
+                     show('own_ioprio', 251, 1, 0, 2 << 13)\n",
+                    &[
+                        ("setpriority", "EPERM"),
+                        ("setpriority_user", "EPERM"),
+                        ("affinity", "EPERM"),
+                        ("scheduler", "EPERM"),
+                        ("param", "EPERM"),
+                        ("attr", "EPERM"),
+                        ("ioprio", "EPERM"),
+                        ("ioprio_user", "EPERM"),
+                        ("migrate", "EPERM"),
+                        ("move_pages", "EPERM"),
+                        ("madvise", "EPERM"),
+                        ("kcmp", "EPERM"),
+                        ("pidfd_getfd", "EPERM"),
+                        ("own_nice", "ok"),
+                        ("own_affinity", "ok"),
+                        ("own_ioprio", "ok"),
+                    ],
+                )
+            },
+        ),
     ]
+}
+
+/// Runs `body` (after [`SYSCALL`] and `ppid = os.getppid()`) as the shell
+/// tool's own process (`exec`, so its parent is warden itself), with its own
+/// log; every `(name, errno)` must be printed exactly so, warden must answer
+/// with a result, and the log must hold that call's record and verify.
+fn owner_probe(s: &Scene, id: &str, body: &str, want: &[(&str, &str)]) -> Observed {
+    let ws = s.ws(id);
+    let log = s.base.join("logs").join(format!("{id}-owner.jsonl"));
+    std::fs::write(ws.join("probe.py"), format!("{SYSCALL}ppid = os.getppid()\n{body}")).unwrap();
+    let policy = s.policy_file(&Scene::shell_policy(SHELL));
+    let args = serde_json::json!({ "command": format!("exec {PYTHON} probe.py") }).to_string();
+    let r = s.warden_logged(&ws, &log, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None);
+    let out = r.out();
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|(name, errno)| !out.lines().any(|l| l == format!("{name} {errno}")))
+        .map(|(name, errno)| format!("{name} (wanted {errno})"))
+        .collect();
+    let verified = warden::audit::verify(&log).ok();
+    let recorded = verified.as_ref().is_some_and(|v| v.records == 1 && v.problem.is_none() && v.torn_line.is_none());
+    let got = out.lines().collect::<Vec<_>>().join(", ");
+    Observed::new(
+        r.success() && missing.is_empty() && recorded,
+        format!(
+            "{got}{}; warden answered: {}; the log verifies with the call's record: {recorded}",
+            if missing.is_empty() { String::new() } else { format!("; MISSING {}; {}", missing.join(", "), r.brief()) },
+            r.success()
+        ),
+    )
 }
 
 fn setuid(s: &Scene) -> Observed {

@@ -345,6 +345,35 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(code(&r) == "INVALID_ARGS", brief(&r))
             },
         ),
+        c(
+            "res-sysv-ipc/process",
+            "process",
+            "SysV IPC against the host: read a same-uid process's shared memory segment and consume its message \
+             queue (both made by the test, holding the secret), enumerate every segment (shmctl SHM_STAT), and leave \
+             a 100 MiB segment and a message queue behind for a later call",
+            "as root: ENOENT/EINVAL (a private IPC namespace: nothing of the host's is visible, what the call made dies \
+             with it); as an ordinary user: EPERM (seccomp); the secret never appears, the host's message is still \
+             queued, nothing is left behind",
+            sysv_ipc,
+        ),
+        c(
+            "res-mqueue/process",
+            "process",
+            "create a POSIX message queue (mq_open O_CREAT) that outlives the call, for a later call to read",
+            "as root: EACCES (Landlock: the call's own mqueue file system is granted nowhere; the queue would die with \
+             the call's IPC namespace anyway); as an ordinary user: EPERM (seccomp); the host finds no such queue \
+             afterwards",
+            mqueue,
+        ),
+        heavy(c(
+            "res-memfd/process",
+            "process",
+            "hold 300 MiB in five memfd files (written, not mapped: not address space) under limits.memory = 128MiB, \
+             file_size = 64MiB, tmp_size = 16MiB",
+            "as root: LIMIT_EXCEEDED (the call's memory cgroup counts memfd pages); as an ordinary user: the documented \
+             limit (no memory cgroup), bounded per file by limits.file_size (EFBIG past 64 MiB)",
+            memfd,
+        )),
     ]
 }
 
@@ -364,4 +393,173 @@ fn deep_json(s: &Scene, tool: &str) -> Observed {
         r.error_code() == "INVALID_ARGS" && r.code == 2 && !crashed,
         format!("exit {}; {}", r.code, r.brief()),
     )
+}
+
+/// A unique SysV IPC key for this run.
+fn ipc_key(n: u32) -> i32 {
+    (((std::process::id() & 0xffff) << 8 | n) & 0x7fff_ffff) as i32 | 0x1000_0000
+}
+
+/// Runs a python script on the host (outside any sandbox); its stdout.
+fn host_python(script: &str) -> String {
+    let out = std::process::Command::new(crate::scene::PYTHON).arg("-c").arg(script).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// ctypes access to the SysV and POSIX IPC calls, for the host and the probe alike.
+const IPC_PRELUDE: &str = "import ctypes, os, errno\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+libc.shmat.restype = ctypes.c_void_p\n\
+def err():\n\
+\x20   return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))\n";
+
+fn sysv_ipc(s: &Scene) -> Observed {
+    let (shm_key, msg_key, left_key) = (ipc_key(1), ipc_key(2), ipc_key(3));
+    let secret = &s.secret;
+    // The host side: a segment and a queue of the test's uid, both holding the secret.
+    let made = host_python(&format!(
+        "{IPC_PRELUDE}\
+         i = libc.shmget({shm_key}, 4096, 0o1600)\n\
+         a = libc.shmat(i, None, 0)\n\
+         ctypes.memmove(a, b'{secret}', {n})\n\
+         q = libc.msgget({msg_key}, 0o1600)\n\
+         m = ctypes.create_string_buffer(b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00{secret}', 8 + {n})\n\
+         print('host', i, q, libc.msgsnd(q, m, {n}, 0))\n",
+        n = secret.len()
+    ));
+    let leftover_size = 100 * 1048576 + 4096 + u64::from(std::process::id() % 4096);
+    let ws = s.ws("sysv");
+    let r = s.python(
+        &ws,
+        crate::scene::SHELL,
+        &format!(
+            "{IPC_PRELUDE}\
+             i = libc.shmget({shm_key}, 0, 0)\n\
+             if i < 0:\n\
+             \x20   print('shmget', err())\n\
+             else:\n\
+             \x20   a = libc.shmat(i, None, 0o10000)\n\
+             \x20   print('shmat', err() if a in (None, ctypes.c_void_p(-1).value) else ctypes.string_at(a, 64))\n\
+             q = libc.msgget({msg_key}, 0)\n\
+             if q < 0:\n\
+             \x20   print('msgget', err())\n\
+             else:\n\
+             \x20   m = ctypes.create_string_buffer(4096)\n\
+             \x20   n = libc.msgrcv(q, m, 4000, 0, 0o4000)\n\
+             \x20   print('msgrcv', err() if n < 0 else m.raw[8:8 + n])\n\
+             buf = ctypes.create_string_buffer(256)\n\
+             seen = [k for k in range(256) if libc.shmctl(k, 13, buf) >= 0]\n\
+             print('shm_stat', len(seen))\n\
+             left = libc.shmget(0, {leftover_size}, 0o1600)\n\
+             print('leave_shm', err() if left < 0 else 'made')\n\
+             lq = libc.msgget({left_key}, 0o1600)\n\
+             print('leave_msg', err() if lq < 0 else 'made')\n"
+        ),
+        "true",
+    );
+    // What the host sees afterwards, then clean up.
+    let after = host_python(&format!(
+        "{IPC_PRELUDE}\
+         shm = open('/proc/sysvipc/shm').read().split('\\n')[1:]\n\
+         print('leftover_shm', sum(1 for l in shm if len(l.split()) > 3 and l.split()[3] == '{leftover_size}'))\n\
+         print('leftover_msg', libc.msgget({left_key}, 0) >= 0)\n\
+         q = libc.msgget({msg_key}, 0)\n\
+         m = ctypes.create_string_buffer(4096)\n\
+         n = libc.msgrcv(q, m, 4000, 0, 0o4000)\n\
+         print('still_queued', n > 0)\n\
+         libc.msgctl(q, 0, None)\n\
+         libc.shmctl(libc.shmget({shm_key}, 0, 0), 0, None)\n\
+         lq = libc.msgget({left_key}, 0)\n\
+         if lq >= 0: libc.msgctl(lq, 0, None)\n"
+    ));
+    let out = r.out();
+    let refusal = if s.root { ["ENOENT", "EINVAL"].as_slice() } else { ["EPERM"].as_slice() };
+    let refused = |name: &str| out.lines().any(|l| refusal.iter().any(|e| l == format!("{name} {e}")));
+    let host_untouched =
+        after.contains("leftover_shm 0") && after.contains("leftover_msg False") && after.contains("still_queued True");
+    let stat_none = out.lines().any(|l| l == "shm_stat 0");
+    let ok = made.starts_with("host ")
+        && r.success()
+        && refused("shmget")
+        && refused("msgget")
+        && stat_none
+        && (s.root || (refused("leave_shm") && refused("leave_msg")))
+        && host_untouched
+        && !s.leaks(&r.all());
+    let seen = format!(
+        "{}; afterwards on the host: {}",
+        out.lines().collect::<Vec<_>>().join(", "),
+        after.lines().collect::<Vec<_>>().join(", ")
+    );
+    Observed::new(ok, if made.starts_with("host ") { seen } else { format!("host setup failed: {made}") })
+}
+
+fn mqueue(s: &Scene) -> Observed {
+    let name = format!("/warden-escape-{}", std::process::id());
+    let ws = s.ws("mqueue");
+    let r = s.python(
+        &ws,
+        crate::scene::SHELL,
+        &format!(
+            "{IPC_PRELUDE}\
+             q = libc.mq_open(b'{name}', os.O_CREAT | os.O_RDWR, 0o600, None)\n\
+             print('mq_open', err() if q < 0 else 'made')\n\
+             if q >= 0: print('mq_send', libc.mq_send(q, b'hello', 5, 0))\n"
+        ),
+        "true",
+    );
+    let after = host_python(&format!(
+        "{IPC_PRELUDE}\
+         q = libc.mq_open(b'{name}', os.O_RDONLY)\n\
+         print('host_open', err() if q < 0 else 'FOUND')\n\
+         libc.mq_unlink(b'{name}')\n"
+    ));
+    let out = r.out();
+    // As root the call has an IPC namespace, and Landlock refuses the open on its
+    // mqueue file system (granted nowhere); without root seccomp refuses the call.
+    let inside =
+        out.lines().any(|l| if s.root { l == "mq_open EACCES" || l == "mq_open made" } else { l == "mq_open EPERM" });
+    let gone = after.contains("host_open ENOENT");
+    Observed::new(
+        r.success() && inside && gone,
+        format!("{}; the host afterwards: {}", r.brief(), after.trim().replace('\n', ", ")),
+    )
+}
+
+fn memfd(s: &Scene) -> Observed {
+    const LIMIT: &str = "No memory cgroup without root";
+    let ws = s.ws("memfd");
+    let r = s.python(
+        &ws,
+        tool("timeout = \"30s\", memory = \"128MiB\", file_size = \"64MiB\", tmp_size = \"16MiB\""),
+        "import os, signal\n\
+         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n\
+         chunk = b'x' * (1 << 20)\n\
+         fds = []\n\
+         held = 0\n\
+         for i in range(5):\n\
+         \x20   fd = os.memfd_create(f'hold{i}')\n\
+         \x20   fds.append(fd)\n\
+         \x20   for _ in range(60):\n\
+         \x20       os.write(fd, chunk)\n\
+         \x20       held += 1\n\
+         \x20   print('held_mib', held, flush=True)\n\
+         try:\n\
+         \x20   for _ in range(10):\n\
+         \x20       os.write(fds[0], chunk)\n\
+         \x20   print('past_file_size', 'written')\n\
+         except OSError as e:\n\
+         \x20   print('past_file_size', e.errno)\n",
+        "exit $?",
+    );
+    let out = r.out();
+    if s.root {
+        let killed = r.error_code() == "LIMIT_EXCEEDED" && r.error_message().contains("limits.memory");
+        Observed::new(killed, r.brief())
+    } else {
+        // Without a memory cgroup the 300 MiB are held; the bound that does hold is per file.
+        // 27: EFBIG, a write past RLIMIT_FSIZE with SIGXFSZ ignored.
+        let efbig = out.lines().any(|l| l == "past_file_size 27");
+        Observed::limit(LIMIT, r.success() && efbig, r.brief())
+    }
 }

@@ -347,7 +347,7 @@ pub(crate) fn kit_header() -> String {
 
 /// The shared compiled-component cache (one compile for every test target).
 pub(crate) fn cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache")
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("warden-test-cache-{}", nix::unistd::geteuid()))
 }
 
 pub(crate) fn set_mode(path: &Path, mode: u32) {

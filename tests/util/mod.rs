@@ -36,7 +36,7 @@ impl Run {
 
 /// The shared compiled-component cache (one compile for the whole test run).
 pub(crate) fn cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache")
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("warden-test-cache-{}", nix::unistd::geteuid()))
 }
 
 /// A distinctive secret that must never appear in any output.

@@ -334,6 +334,16 @@ impl ProcessRuntime {
             }
             _ => {}
         }
+        if hit_memory_max && exit_code != Some(0) {
+            return Err(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{tool}: a process of its tree was killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count), and it exited {}",
+                    limits.memory,
+                    exit_code.map_or("by a signal".into(), |c| c.to_string())
+                ),
+            ));
+        }
         if hit_pids_max && exit_code != Some(0) {
             return Err(CallError::new(
                 ErrorCode::LimitExceeded,
