@@ -12,14 +12,29 @@
 //! The chain proves the order and content of every line *relative to the last
 //! one*; the last line itself can only be checked against a copy of the head
 //! hash kept elsewhere, which `log verify` prints for that purpose.
+//!
+//! A tool may share the log's file system and fill it while it runs. So before
+//! a tool runs, [`AuditLog::check_writable`] reserves the blocks its record will
+//! take: `fallocate(FALLOC_FL_KEEP_SIZE)` past the end of the log, of
+//! [`MAX_RECORD_BYTES`] for every call of this process that has passed the
+//! check and not yet appended. The append then writes into blocks already
+//! allocated and cannot fail for want of space. A record without a reservation
+//! (a call refused before it ran) must find room for itself on top of the
+//! reservations, or fails without writing. A line is never longer than
+//! [`MAX_RECORD_BYTES`] (larger records are shrunk), and a write that fails
+//! mid-line is cut off again, under the same lock, so no later line is merged
+//! into it. Where the file system has no `fallocate` (`EOPNOTSUPP`), only the
+//! free-space check ([`MIN_FREE_BYTES`]) stands.
 
 #![forbid(unsafe_code)]
 
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -37,6 +52,16 @@ const MAX_ARG_STRING: usize = 4096;
 const MAX_ARGS_BYTES: usize = 16 << 10;
 /// How far back from the end a writer looks for the last line.
 const TAIL_WINDOW: u64 = 1 << 20;
+/// The longest line the log holds, its newline included, and the space reserved
+/// for each call in flight. A record is at most: the arguments (cut to
+/// `MAX_ARGS_BYTES` = 16 KiB of JSON), the tool name (256 characters, at most
+/// 1.5 KiB escaped), three hashes and ids (about 200 bytes), the rule's
+/// `file:line:column` and the sandbox's granted directories and destinations
+/// (as many as the policy grants), and a few hundred bytes of fixed fields.
+/// Only a policy with very long paths or very many grants comes near the
+/// bound; a record above it is shrunk (its largest fields cut, `"shrunk":
+/// true` added), never torn or refused.
+pub const MAX_RECORD_BYTES: usize = 32 << 10;
 
 /// What was decided for a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -121,6 +146,13 @@ struct Commit {
     /// pages and a later sync can succeed without them, so no later record is
     /// trusted to be durable (the PostgreSQL lesson). Every append fails from then on.
     failed: Option<String>,
+    /// The threads that passed [`AuditLog::check_writable`] and have not appended
+    /// since: each has [`MAX_RECORD_BYTES`] reserved past the end of the log (a
+    /// call checks and appends on one thread; a thread checking twice holds one).
+    reserved: HashSet<ThreadId>,
+    /// The file system refused `fallocate` (`EOPNOTSUPP`): nothing is reserved,
+    /// only the free-space check stands.
+    no_prealloc: bool,
 }
 
 /// An open audit log.
@@ -210,6 +242,14 @@ impl AuditLog {
     /// (`chattr +i` refuses every write, even to an open descriptor), and its
     /// file system is writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
     /// before a tool runs, so that a call without a record never runs.
+    ///
+    /// It also reserves the record's space: past the end of the log, blocks for
+    /// [`MAX_RECORD_BYTES`] times the calls of this process checked and not yet
+    /// appended (this one included) are allocated without changing the file's
+    /// size, so that a tool filling the file system while it runs cannot leave
+    /// its record without room. The reservation is held by the calling thread
+    /// until its next [`AuditLog::append`]. Where the file system does not
+    /// support `fallocate`, nothing is reserved (the free-space check stands alone).
     pub fn check_writable(&self) -> std::io::Result<()> {
         if let Some(why) = &self.lock().failed {
             return Err(sync_failed(why));
@@ -226,7 +266,59 @@ impl AuditLog {
                 format!("its file system has {free} bytes free, less than {MIN_FREE_BYTES}"),
             ));
         }
+        self.reserve()
+    }
+
+    /// Reserves [`MAX_RECORD_BYTES`] past the end for the calling thread (see [`AuditLog::check_writable`]).
+    fn reserve(&self) -> std::io::Result<()> {
+        let mut commit = self.lock();
+        if commit.no_prealloc {
+            return Ok(());
+        }
+        let me = std::thread::current().id();
+        let fresh = commit.reserved.insert(me);
+        // The flock makes the end read here the end the reservation starts from.
+        self.file.lock()?;
+        let reserved = self.file.metadata().and_then(|m| {
+            let want = commit.reserved.len() * MAX_RECORD_BYTES;
+            self.preallocate(&mut commit, m.len(), want)
+        });
+        let unlocked = self.file.unlock();
+        if let Err(e) = reserved.and(unlocked) {
+            if fresh {
+                commit.reserved.remove(&me);
+            }
+            return Err(e);
+        }
         Ok(())
+    }
+
+    /// Allocates `[at, at + bytes)` without changing the file's size. A file
+    /// system without `fallocate` turns reservations off for this log (and
+    /// answers `Ok`); any other failure (`ENOSPC`) is an error.
+    fn preallocate(&self, commit: &mut Commit, at: u64, bytes: usize) -> std::io::Result<()> {
+        use rustix::fs::{FallocateFlags, fallocate};
+        use rustix::io::Errno;
+        if commit.no_prealloc || bytes == 0 {
+            return Ok(());
+        }
+        match fallocate(&self.file, FallocateFlags::KEEP_SIZE, at, bytes as u64) {
+            Ok(()) => Ok(()),
+            Err(e) if e == Errno::OPNOTSUPP || e == Errno::NOSYS => {
+                commit.no_prealloc = true;
+                commit.reserved.clear();
+                tracing::warn!(
+                    "audit log {}: its file system cannot preallocate (fallocate: {e}); a tool that fills it \
+                     while it runs can leave its record without room (only {MIN_FREE_BYTES} bytes free are checked)",
+                    self.path.display()
+                );
+                Ok(())
+            }
+            Err(e) => Err(std::io::Error::new(
+                std::io::Error::from(e).kind(),
+                format!("cannot reserve {bytes} bytes for the record(s) of the calls in flight: {e}"),
+            )),
+        }
     }
 
     /// Records appended by this process, and the `fdatasync` calls that made them durable.
@@ -240,15 +332,22 @@ impl AuditLog {
     }
 
     /// Appends `record`, chained to the last line, and fsyncs it. Returns only once it is durable.
+    ///
+    /// The line goes into the space the calling thread reserved in
+    /// [`AuditLog::check_writable`], if it did; otherwise it must find room on top
+    /// of the other calls' reservations, or it fails without writing. A write
+    /// that fails mid-line is cut off before the error is returned.
     pub fn append(&self, record: &Record) -> std::io::Result<()> {
         let mut commit = self.lock();
         if let Some(why) = &commit.failed {
             return Err(sync_failed(why));
         }
+        let reserved = commit.reserved.remove(&std::thread::current().id());
         // The flock orders this line against other warden processes sharing the log.
         self.file.lock()?;
         // A record appended to a removed or replaced file would be lost without a word.
-        let written = still_there(&self.file, &self.path).and_then(|len| self.write_line(&mut commit, record, len));
+        let written =
+            still_there(&self.file, &self.path).and_then(|len| self.write_line(&mut commit, record, len, reserved));
         let unlocked = self.file.unlock();
         written.and(unlocked)?;
         commit.written += 1;
@@ -280,18 +379,42 @@ impl AuditLog {
         }
     }
 
-    /// Writes `record` as the next line of the chain, the file being `len` bytes long (the caller holds the flock).
-    fn write_line(&self, commit: &mut Commit, record: &Record, len: u64) -> std::io::Result<()> {
+    /// Writes `record` as the next line of the chain, the file being `len` bytes
+    /// long (the caller holds the flock); `reserved` if its space was reserved.
+    fn write_line(&self, commit: &mut Commit, record: &Record, len: u64, reserved: bool) -> std::io::Result<()> {
         let mut file = &self.file;
         let head = match commit.head.take() {
             Some(h) if h.len == len => h,
-            _ => self.read_head(len)?,
+            _ => {
+                let head = self.read_head(len)?;
+                if head.len != len {
+                    // Cutting off a torn tail also freed the reservations past it.
+                    let want = commit.reserved.len() * MAX_RECORD_BYTES + usize::from(reserved) * MAX_RECORD_BYTES;
+                    let _ = self.preallocate(commit, head.len, want);
+                }
+                head
+            }
         };
         let (start, seq) = (head.len, head.seq + 1);
-        let mut line = serde_json::to_vec(&Chained { record, seq, prev: head.prev })?;
-        let prev = sha256_hex(&line);
-        line.push(b'\n');
-        file.write_all(&line)?;
+        let (line, prev) = encode(record, seq, &head.prev)?;
+        if !reserved {
+            // Room for this line on top of what the calls in flight have reserved, or no line at all.
+            self.preallocate(commit, start, line.len() + commit.reserved.len() * MAX_RECORD_BYTES)?;
+        }
+        if let Err(e) = file.write_all(&line) {
+            // No torn line may stay for the next append to be merged into: cut back to the last whole line.
+            let cut = self.file.set_len(start);
+            let outcome = match &cut {
+                Ok(()) => "the partial line was cut off".to_string(),
+                Err(c) => format!("the partial line could not be cut off ({c}); the next append moves it aside"),
+            };
+            if cut.is_ok() {
+                // Truncating freed the reservations past the end too: take them back if there is room.
+                let _ = self.preallocate(commit, start, commit.reserved.len() * MAX_RECORD_BYTES);
+                commit.head = Some(head);
+            }
+            return Err(std::io::Error::new(e.kind(), format!("{e} ({outcome})")));
+        }
         commit.head = Some(Head { len: start + line.len() as u64, seq, prev });
         Ok(())
     }
@@ -338,6 +461,55 @@ impl AuditLog {
             .and_then(|v| v.get("seq").and_then(Value::as_u64))
             .ok_or_else(|| std::io::Error::other("the last audit record is not a warden record (no seq)"))?;
         Ok(Head { len, seq, prev: sha256_hex(last) })
+    }
+}
+
+/// The line for `record` as number `seq` after a line hashing to `prev`, its
+/// newline included, at most [`MAX_RECORD_BYTES`] long; and its hash.
+fn encode(record: &Record, seq: u64, prev: &str) -> std::io::Result<(Vec<u8>, String)> {
+    let mut line = serde_json::to_vec(&Chained { record, seq, prev: prev.to_string() })?;
+    if line.len() >= MAX_RECORD_BYTES {
+        line = shrink_record(record, seq, prev)?;
+    }
+    let hash = sha256_hex(&line);
+    line.push(b'\n');
+    Ok((line, hash))
+}
+
+/// `record` cut below [`MAX_RECORD_BYTES`]: its largest fields (other than `seq`
+/// and `prev`) are shrunk in turn, and `"shrunk": true` says so.
+fn shrink_record(record: &Record, seq: u64, prev: &str) -> std::io::Result<Vec<u8>> {
+    let Value::Object(mut doc) = serde_json::to_value(Chained { record, seq, prev: prev.to_string() })? else {
+        return Err(std::io::Error::other("an audit record is not a JSON object"));
+    };
+    doc.insert("shrunk".into(), Value::Bool(true));
+    let limit = MAX_RECORD_BYTES - 1;
+    loop {
+        let size = serde_json::to_vec(&doc)?.len();
+        if size <= limit {
+            return Ok(serde_json::to_vec(&doc)?);
+        }
+        let field_size = |v: &Value| serde_json::to_vec(v).map_or(0, |b| b.len());
+        let largest = doc
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "seq" | "prev" | "shrunk"))
+            .map(|(k, v)| (field_size(v), k.clone()))
+            .max();
+        match largest {
+            Some((n, key)) if n > 256 => {
+                let budget = n.saturating_sub(size - limit).max(n / 2).min(n - 64).max(64);
+                if let Some(v) = doc.get_mut(&key) {
+                    let cut = crate::shape::truncate(v.take(), budget).0;
+                    // A value the shape cannot cut (a long number) goes whole.
+                    *v = if field_size(&cut) < n { cut } else { Value::from(format!("…[{n} bytes cut]")) };
+                }
+            }
+            _ => {
+                return Err(std::io::Error::other(format!(
+                    "the audit record is {size} bytes and cannot be cut to {MAX_RECORD_BYTES}"
+                )));
+            }
+        }
     }
 }
 
@@ -609,6 +781,112 @@ mod tests {
             assert_eq!(written, 200);
             assert!((1..=200).contains(&syncs), "{syncs} fdatasyncs for 200 records");
         }
+    }
+
+    #[test]
+    fn check_writable_reserves_the_record_past_the_end_and_the_append_lands_in_it() {
+        use std::os::unix::fs::MetadataExt;
+        let (_d, path) = log_with(1);
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let meta = || fs::metadata(&path).unwrap_or_else(|e| panic!("{e}"));
+        let before = meta();
+        log.check_writable().unwrap_or_else(|e| panic!("{e}"));
+        if log.lock().no_prealloc {
+            eprintln!("skipped: the file system of {} has no fallocate", path.display());
+            return;
+        }
+        let reserved = meta();
+        assert_eq!(reserved.len(), before.len(), "the reservation changed the file's size");
+        assert!(
+            reserved.blocks() * 512 >= before.len() + MAX_RECORD_BYTES as u64,
+            "{} bytes allocated for {} bytes of log: no record reserved",
+            reserved.blocks() * 512,
+            before.len()
+        );
+        // A second call in flight (another thread) reserves a second record.
+        std::thread::scope(|s| {
+            s.spawn(|| log.check_writable().unwrap_or_else(|e| panic!("{e}")));
+        });
+        assert_eq!(log.lock().reserved.len(), 2);
+        let two = meta();
+        assert!(two.blocks() * 512 >= before.len() + 2 * MAX_RECORD_BYTES as u64);
+
+        log.append(&record("reserved")).unwrap_or_else(|e| panic!("{e}"));
+        let after = meta();
+        assert!(after.len() > before.len());
+        assert_eq!(after.blocks(), two.blocks(), "the append allocated blocks: it did not land in the reservation");
+        assert_eq!(log.lock().reserved.len(), 1, "the append did not release its thread's reservation");
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (2, None, None));
+    }
+
+    #[test]
+    fn an_oversized_record_is_shrunk_not_torn() {
+        let (_d, path) = log_with(1);
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut big = record("big");
+        big.args = serde_json::json!({"text": "x".repeat(100_000), "list": vec!["y".repeat(100); 1000]});
+        big.rule = Some(format!("/{}:1:1", "p/".repeat(20_000)));
+        log.append(&big).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[1].len() < MAX_RECORD_BYTES, "{} bytes", lines[1].len());
+        let doc: Value = serde_json::from_str(lines[1]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (doc["shrunk"].as_bool(), doc["tool"].as_str(), doc["seq"].as_u64()),
+            (Some(true), Some("big"), Some(2))
+        );
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (3, None, None));
+    }
+
+    /// A write that fails mid-line (here: a full 256 KiB tmpfs, with the
+    /// reservation switched off as on a file system without fallocate) leaves no
+    /// torn line: it is cut off, the error says so, and the next append chains.
+    #[test]
+    fn a_write_that_fails_mid_line_is_cut_off() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let small = dir.path().join("small");
+        fs::create_dir(&small).unwrap_or_else(|e| panic!("{e}"));
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&small)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(mounted, "cannot mount a tmpfs as root");
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg("-l").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(&small);
+        let path = small.join("a.jsonl");
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("first")).unwrap_or_else(|e| panic!("{e}"));
+        log.lock().no_prealloc = true;
+        let len = fs::metadata(&path).map(|m| m.len()).unwrap_or_default();
+        // Fill every page but the log's own, which has room for part of a line.
+        let mut filler = File::create(small.join("filler")).unwrap_or_else(|e| panic!("{e}"));
+        while filler.write(&[0u8; 4096]).is_ok_and(|n| n > 0) {}
+        drop(filler);
+        let mut big = record("big");
+        big.args = serde_json::json!({"text": "z".repeat(8000)});
+        let e = log.append(&big).err().unwrap_or_else(|| panic!("a line larger than the room left was written"));
+        assert!(e.to_string().contains("cut off"), "{e}");
+        let text = fs::read(&path).unwrap_or_default();
+        assert_eq!((text.len() as u64, text.last()), (len, Some(&b'\n')), "a torn line was left");
+        fs::remove_file(small.join("filler")).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (2, None, None));
+        assert!(!path.with_extension("jsonl.torn").exists());
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp,
 //!   [`runtime::server`] runs MCP servers inside that same sandbox.
 //! * [`shape`]: result sanitising and type-aware truncation.
+//! * [`workspace_read`]: the one way the host reads workspace content (once, beneath
+//!   the workspace fd, regular files only, bounded).
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
 //! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
 //! * [`checkup`]: `warden audit`: the host, each tool's layers, policy lint, SARIF.
@@ -40,6 +42,7 @@ pub mod mcp;
 pub mod policy;
 pub mod runtime;
 pub mod shape;
+pub mod workspace_read;
 
 pub use error::{CallError, ErrorCode};
 pub use executor::{CallResponse, Executor, Options, Status, ToolCall};

@@ -33,6 +33,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::runtime::wasm::ToolDef;
+use crate::workspace_read::{ReadError, read_beneath};
 
 /// The largest lock file warden reads.
 const MAX_LOCK_BYTES: u64 = 4 << 20;
@@ -175,15 +176,24 @@ impl Pins {
     /// Reads the lock at `path` (`None`: nothing to check).
     pub fn load(path: Option<&Path>) -> Pins {
         let Some(path) = path else { return Pins::Unchecked };
-        let text = match std::fs::metadata(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Pins::Missing(path.to_path_buf()),
+        // Beside a policy in the workspace, a tool may have swapped it (for a link,
+        // a FIFO, /dev/zero): read it the one host-side way (crate::workspace_read).
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = Path::new(path.file_name().unwrap_or_default());
+        let read = match dir.canonicalize() {
+            Ok(dir) => read_beneath(&dir, name, MAX_LOCK_BYTES),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ReadError::NotFound),
+            Err(e) => Err(ReadError::Io(e)),
+        };
+        let text = match read {
+            Err(ReadError::NotFound) => return Pins::Missing(path.to_path_buf()),
             Err(e) => return Pins::Broken(path.to_path_buf(), e.to_string()),
-            Ok(m) if m.len() > MAX_LOCK_BYTES => {
+            Ok(b) if b.truncated => {
                 return Pins::Broken(path.to_path_buf(), format!("larger than {MAX_LOCK_BYTES} bytes"));
             }
-            Ok(_) => match std::fs::read_to_string(path) {
+            Ok(b) => match String::from_utf8(b.bytes) {
                 Ok(t) => t,
-                Err(e) => return Pins::Broken(path.to_path_buf(), e.to_string()),
+                Err(_) => return Pins::Broken(path.to_path_buf(), "not UTF-8 text".into()),
             },
         };
         match toml::from_str::<Lock>(&text) {
@@ -269,5 +279,24 @@ mod tests {
             (added, changed, removed),
             (vec!["plugin p: c".into()], vec!["plugin p: a".into()], vec!["plugin p: b".into()])
         );
+    }
+
+    #[test]
+    fn a_lock_swapped_for_a_link_or_a_fifo_is_broken_at_once_and_never_followed() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let lock = d.path().join("warden.lock");
+        assert!(matches!(Pins::load(Some(&lock)), Pins::Missing(_)));
+        std::os::unix::fs::symlink("/dev/zero", &lock).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(Pins::load(Some(&lock)), Pins::Broken(_, why) if why.contains("symbolic link")));
+        std::fs::remove_file(&lock).unwrap_or_else(|e| panic!("{e}"));
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &lock,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(Pins::load(Some(&lock)), Pins::Broken(_, why) if why.contains("FIFO")));
     }
 }

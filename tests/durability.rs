@@ -137,3 +137,74 @@ fn a_full_disk_stops_the_call_before_it_runs() {
     let v = warden::audit::verify(&log).unwrap();
     assert!(v.problem.is_none(), "{:?}", v.problem);
 }
+
+/// A tool that fills the log's file system *while it runs* (the log shares it
+/// with the workspace the tool may write): the space for the call's record was
+/// reserved before the tool started, so the record is still appended, whole,
+/// and the chain verifies; the result says what the tool met (`No space left`).
+/// The next call finds the disk full and does not run. The record is made
+/// larger than a page (a long comment in the command), so without the
+/// reservation it would need a block the tool has taken. Mounting needs root.
+#[test]
+fn a_tool_that_fills_the_disk_during_its_call_still_gets_a_whole_record() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let status =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&small).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
+    let _mounted = Mounted(small.clone());
+    // The workspace and the log on the one small file system.
+    let log = small.join("audit.jsonl");
+    let ws = small.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
+    let exec = Executor::new(
+        Policy::embedded_default(&ctx).unwrap(),
+        Approver::new(ApproveMode::Yes),
+        AuditLog::open(&log).unwrap(),
+        warden::Options { cache_dir: Some(cache), sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) },
+    )
+    .unwrap();
+    assert_eq!(write(&exec, "before.txt").status, Status::Success);
+
+    let command = format!("dd if=/dev/zero of=fill bs=64k; echo filled # {}", "p".repeat(4000));
+    let r = exec.call(ToolCall::new("shell", json!({ "command": command })));
+    let free = {
+        let fs = nix::sys::statvfs::statvfs(&small).unwrap();
+        fs.blocks_available() * fs.fragment_size()
+    };
+    assert!(free < 64 << 10, "the tool did not fill the file system ({free} bytes still free)");
+    // The call's result says what happened.
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let result = r.result.as_ref().unwrap();
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(result["stderr"].as_str().unwrap().contains("No space left on device"), "{result}");
+    assert!(result["stdout"].as_str().unwrap().contains("filled"), "{result}");
+    assert!(std::fs::metadata(ws.join("fill")).unwrap().len() > 2 << 20);
+
+    // Its record is there, whole, last, and the chain verifies.
+    let v = warden::audit::verify(&log).unwrap();
+    assert_eq!((v.records, v.torn_line, v.problem.clone()), (2, None, None), "{v:?}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["call_id"], r.call_id.as_str());
+    assert_eq!((last["tool"].as_str(), last["status"].as_str()), (Some("shell"), Some("success")));
+    assert!(last["args"]["command"].as_str().unwrap().starts_with("dd if=/dev/zero"));
+    assert!(text.lines().last().unwrap().len() > 4096, "the record fits in a page: the test proves nothing");
+
+    // The disk is full now: the next call does not run.
+    let r = write(&exec, "after.txt");
+    assert_eq!(r.error.as_ref().map(|e| e.code.as_str()), Some("INTERNAL"), "{r:?}");
+    assert!(!ws.join("after.txt").exists(), "the tool ran without a record");
+    std::fs::remove_file(ws.join("fill")).unwrap();
+    assert_eq!(write(&exec, "again.txt").status, Status::Success);
+    let v = warden::audit::verify(&log).unwrap();
+    assert_eq!((v.records, v.torn_line, v.problem.clone()), (4, None, None), "{v:?}");
+}

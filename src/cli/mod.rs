@@ -364,7 +364,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}.tmp-{}", crate::policy::LOCK_FILE, std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        // create_new: a name planted beforehand (a link a tool left) is never followed.
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;

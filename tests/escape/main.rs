@@ -20,6 +20,7 @@
 
 mod components;
 mod filesystem;
+mod hostside;
 mod network;
 mod policy;
 mod privilege;
@@ -108,6 +109,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(resources::cases());
     v.extend(components::cases());
     v.extend(policy::cases());
+    v.extend(hostside::cases());
     v
 }
 
