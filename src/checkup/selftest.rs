@@ -89,6 +89,7 @@ impl Scene {
             workspace: self.ws.clone(),
             has_tmp: false,
             sysv_ipc: false,
+            inotify: false,
         }
     }
 }

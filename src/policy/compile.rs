@@ -555,17 +555,16 @@ fn compile_tool(
         }
     }
 
-    let sysv_ipc = match &t.sysv_ipc {
+    let mut process_flag = |key: &str, v: &Option<Spanned<bool>>| match v {
         Some(v) if !process => {
-            c.problem(
-                v.span(),
-                format!("tool {name}: sysv_ipc applies to process tools and [servers]; a component has no SysV IPC"),
-            );
+            c.problem(v.span(), format!("tool {name}: {key} applies to process tools and [servers] only"));
             false
         }
         Some(v) => *v.get_ref(),
         None => false,
     };
+    let sysv_ipc = process_flag("sysv_ipc", &t.sysv_ipc);
+    let inotify = process_flag("inotify", &t.inotify);
 
     let rules = compile_rules(c, name, &t.rule);
 
@@ -574,7 +573,7 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set, sysv_ipc },
+        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify },
         limits,
         rules,
         location: c.location(span),

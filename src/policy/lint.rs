@@ -215,6 +215,18 @@ pub const RULES: &[LintRule] = &[
         security_severity: "5.0",
     },
     LintRule {
+        id: "WL115",
+        name: "inotify-anywhere",
+        severity: Severity::Warning,
+        short: "A process tool may watch any directory its uid can read",
+        full: "`inotify = true` admits inotify watches. Landlock does not check the path of a watch, so the tool \
+               learns, while it runs, the names of the files that others create, open, rename or delete in any \
+               directory its uid may read (`~/.ssh`, `/tmp`), granted or not.",
+        help: "Remove `inotify` unless the program needs file watching (a dev server, a watch mode); most tools \
+               fall back to polling.",
+        security_severity: "4.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -532,6 +544,9 @@ fn lint_tool(
         if is_secret_name(v.get_ref()) {
             l.add("WL107", v.span(), format!("tool {name}: env.pass hands {} to the tool", v.get_ref()));
         }
+    }
+    if let Some(v) = t.inotify.as_ref().filter(|v| *v.get_ref()) {
+        l.add("WL115", v.span(), format!("tool {name}: inotify = true lets the tool watch any directory its uid can read"));
     }
     if let Some(v) = t.sysv_ipc.as_ref().filter(|v| *v.get_ref()) {
         l.add(

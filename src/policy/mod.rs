@@ -248,6 +248,8 @@ pub struct Grants {
     /// SysV IPC and POSIX message queues admitted without a private IPC
     /// namespace (`sysv_ipc = true`; process tools and servers).
     pub sysv_ipc: bool,
+    /// inotify watches admitted (`inotify = true`; process tools and servers).
+    pub inotify: bool,
 }
 
 impl Grants {

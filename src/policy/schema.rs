@@ -80,6 +80,8 @@ pub(crate) struct RawTool {
     pub(crate) limits: RawLimits,
     /// Admit SysV IPC and POSIX message queues where no private IPC namespace can be made.
     pub(crate) sysv_ipc: Option<Spanned<bool>>,
+    /// Admit inotify watches (on any path the uid may read: Landlock does not check them).
+    pub(crate) inotify: Option<Spanned<bool>>,
     #[serde(default)]
     pub(crate) rule: Vec<Spanned<RawRule>>,
 }

@@ -118,6 +118,8 @@ pub struct Walls {
     pub has_tmp: bool,
     /// SysV IPC and POSIX message queues admitted without a private IPC namespace.
     pub sysv_ipc: bool,
+    /// inotify watches admitted.
+    pub inotify: bool,
 }
 
 impl Walls {
@@ -167,6 +169,7 @@ impl Walls {
             workspace: workspace.to_path_buf(),
             has_tmp: tmp.is_some(),
             sysv_ipc: g.sysv_ipc,
+            inotify: g.inotify,
         };
         Ok((walls, tmp))
     }

@@ -560,6 +560,47 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(code(&r) == "PERMISSION_DENIED" && !made, format!("{}; created: {made}", brief(&r)))
             },
         ),
+        c(
+            "fs-inotify-outside/process",
+            "process",
+            "watch a directory outside every grant with inotify (Landlock does not check the watched path) and learn \
+             the name of a file the host creates there during the call",
+            "inotify_init1 refused with EPERM (seccomp; the tool does not set inotify = true); the name never appears",
+            |s| {
+                let ws = s.ws("inotify");
+                let watched = s.side_dir("watched");
+                let name = format!("created-by-the-host-{}", std::process::id());
+                let maker = {
+                    let path = watched.join(&name);
+                    std::thread::spawn(move || {
+                        std::thread::sleep(std::time::Duration::from_millis(700));
+                        let _ = std::fs::write(path, "x");
+                    })
+                };
+                let r = s.python(
+                    &ws,
+                    SHELL,
+                    &format!(
+                        "import ctypes, errno, os, select\n\
+                         libc = ctypes.CDLL(None, use_errno=True)\n\
+                         fd = libc.inotify_init1(0)\n\
+                         if fd < 0:\n\
+                         \x20   print('inotify', errno.errorcode.get(ctypes.get_errno()))\n\
+                         else:\n\
+                         \x20   w = libc.inotify_add_watch(fd, {:?}.encode(), 0x100)\n\
+                         \x20   print('watch', w, errno.errorcode.get(ctypes.get_errno()))\n\
+                         \x20   if select.select([fd], [], [], 3)[0]:\n\
+                         \x20       print('EVENT', os.read(fd, 4096))\n",
+                        watched.display().to_string()
+                    ),
+                    "true",
+                );
+                let _ = maker.join();
+                let out = r.out();
+                let ok = r.success() && out.contains("inotify EPERM") && !out.contains(&name);
+                Observed::new(ok, r.brief())
+            },
+        ),
     ]
 }
 

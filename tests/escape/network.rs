@@ -531,5 +531,54 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(r.error.is_some() && arrived == 0, format!("{}; arrived: {arrived}", brief(&r)))
             },
         ),
+        c(
+            "net-unix-dgram-pair/process",
+            "process",
+            "a datagram socketpair (no grant needed), then sendto a host daemon's pathname datagram socket from one \
+             end (a stream pair cannot: it is connected to itself)",
+            "socketpair(AF_UNIX, SOCK_DGRAM) refused with EPERM (seccomp); nothing arrives at the daemon",
+            |s| {
+                let path = s.side_dir("dgram").join("daemon.sock");
+                let d = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+                d.set_nonblocking(true).unwrap();
+                let r = probe(
+                    s,
+                    "dgram-pair",
+                    SHELL,
+                    &format!(
+                        "attempt('dgram_pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b'x', {:?}))\n\
+                         a, b = socket.socketpair()\n\
+                         attempt('stream_pair_sendto', lambda: a.sendto(b'x', {:?}))\n",
+                        path.display().to_string(),
+                        path.display().to_string()
+                    ),
+                );
+                let mut arrived = 0;
+                while d.recv(&mut [0u8; 64]).is_ok() {
+                    arrived += 1;
+                }
+                // A stream pair ignores the destination (the datagram goes to its peer), which is harmless.
+                let out = r.out();
+                let ok = r.success() && out.contains("dgram_pair refused EPERM") && arrived == 0;
+                Observed::new(ok, format!("{}; arrived at the daemon: {arrived}", r.brief()))
+            },
+        ),
+        c(
+            "net-bind-abstract/process",
+            "process",
+            "bind a socketpair end to an abstract unix name, to squat a name a host daemon binds later (no network grant)",
+            "bind() refused with EPERM (seccomp: no bind without UDP); the host binds the name afterwards",
+            |s| {
+                let name = format!("warden-escape-squat-{}", std::process::id());
+                let r = probe(
+                    s,
+                    "bind-abstract",
+                    SHELL,
+                    &format!("a, b = socket.socketpair()\nattempt('bind_abstract', lambda: a.bind(b'\\0{name}'))\n"),
+                );
+                let o = judged(&r, "EPERM", 1, 0);
+                Observed::new(o.contained, o.observed)
+            },
+        ),
     ]
 }

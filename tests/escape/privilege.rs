@@ -544,6 +544,52 @@ pub(crate) fn cases() -> Vec<Case> {
                 )
             },
         ),
+        c(
+            "priv-sigio-warden",
+            "make the kernel signal warden for the tool: a socketpair end owned by warden's pid (fcntl F_SETOWN, \
+             F_SETOWN_EX, ioctl FIOSETOWN, SIOCSPGRP), then O_ASYNC and a write (SIGIO kills by default; as uid 0 \
+             the kernel's own check passes for any target); F_GETOWN as a control",
+            "EPERM for the four (seccomp; Landlock ABI 6 scopes the signal too); no signal reaches warden, which \
+             answers and records the call",
+            |s| {
+                owner_probe(
+                    s,
+                    "sigio",
+                    "import socket, fcntl, struct\n\
+                     a, b = socket.socketpair()\n\
+                     owner = ctypes.create_string_buffer(struct.pack('ii', 1, ppid), 8)\n\
+                     pid = ctypes.create_string_buffer(struct.pack('i', ppid), 4)\n\
+                     show('setown', 72, a.fileno(), 8, ppid)\n\
+                     show('setown_ex', 72, a.fileno(), 15, ctypes.addressof(owner))\n\
+                     show('fiosetown', 16, a.fileno(), 0x8901, ctypes.addressof(pid))\n\
+                     show('siocspgrp', 16, a.fileno(), 0x8902, ctypes.addressof(pid))\n\
+                     show('getown', 72, a.fileno(), 9)\n\
+                     fcntl.fcntl(a.fileno(), fcntl.F_SETFL, fcntl.fcntl(a.fileno(), fcntl.F_GETFL) | 0o20000)\n\
+                     b.send(b'wake')\n",
+                    &[
+                        ("setown", "EPERM"),
+                        ("setown_ex", "EPERM"),
+                        ("fiosetown", "EPERM"),
+                        ("siocspgrp", "EPERM"),
+                        ("getown", "ok"),
+                    ],
+                )
+            },
+        ),
+        c(
+            "priv-clone-parent",
+            "clone(CLONE_PARENT): a child that is warden's own, outside the call's reaping (a zombie per call under \
+             warden serve, and, without root, the uid's process count)",
+            "EPERM (seccomp); warden answers and records the call",
+            |s| {
+                owner_probe(
+                    s,
+                    "clone-parent",
+                    "show('clone_parent', 56, 0x8000 | 17, 0, 0, 0, 0)\n",
+                    &[("clone_parent", "EPERM")],
+                )
+            },
+        ),
     ]
 }
 

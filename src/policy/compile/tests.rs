@@ -259,7 +259,7 @@ fn command_plugins_take_args_and_tool_plugins_refuse_them() {
 }
 
 #[test]
-fn sysv_ipc_is_for_process_tools_and_servers_only() {
+fn sysv_ipc_and_inotify_are_for_process_tools_and_servers_only() {
     let text = "version = 1\n[tools.pg]\nexec = [\"/usr/bin/true\"]\nsysv_ipc = true\n\
                 [servers.db]\nexec = [\"/usr/bin/true\"]\nsysv_ipc = true\n";
     let p = load(text).unwrap_or_else(|e| panic!("{e}"));
@@ -267,4 +267,6 @@ fn sysv_ipc_is_for_process_tools_and_servers_only() {
     assert!(!load("version = 1\n[tools.t]\nexec = [\"/usr/bin/true\"]\n").is_ok_and(|p| p.tools["t"].grants.sysv_ipc));
     let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\nsysv_ipc = true\n"));
     assert!(p.message.contains("sysv_ipc applies to process tools"), "{}", p.message);
+    let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\ninotify = true\n"));
+    assert!(p.message.contains("inotify applies to process tools"), "{}", p.message);
 }

@@ -222,6 +222,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         host_pgid,
         uid0: nix::unistd::getuid().is_root(),
         ipc: r.ipc_namespace || spec.sysv_ipc,
+        inotify: spec.inotify,
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

@@ -454,6 +454,7 @@ impl ProcessRuntime {
             cgroup_joined: None,
             ipc_namespace: self.support.root,
             sysv_ipc: walls.sysv_ipc,
+            inotify: walls.inotify,
             run_as,
             drop_caps: self.support.root,
             require_landlock: self.mode == SandboxMode::Enforce,

@@ -45,6 +45,10 @@
 //!   would signal a chosen process when a descriptor is ready), datagram
 //!   `socketpair`s (either end can `sendto` any unix datagram socket by path),
 //!   `bind` when UDP is not admitted, `SO_REUSEPORT`, and `fanotify_init`.
+//! * `EPERM` for `inotify_init`/`inotify_init1` unless the tool sets
+//!   `inotify = true`: Landlock does not check the path of a watch, so a tool
+//!   could learn the names of what others create or open in any directory its
+//!   uid may read.
 //! * `EPERM` for SysV IPC (`shm*`, `msg*`, `sem*`) and POSIX message queues
 //!   (`mq_*`): their objects outlive the process, are shared by every process
 //!   of the IPC namespace and hold memory outside every rlimit. They are
@@ -223,6 +227,8 @@ pub struct Target {
     pub uid0: bool,
     /// Admit SysV IPC and POSIX message queues (a private IPC namespace, or `sysv_ipc = true`).
     pub ipc: bool,
+    /// Admit inotify (`inotify = true`).
+    pub inotify: bool,
 }
 
 /// The metadata calls refused to a tool running as uid 0.
@@ -388,6 +394,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
             eperm.insert(call, vec![]);
         }
     }
+    if !target.inotify {
+        for call in [libc::SYS_inotify_init, libc::SYS_inotify_init1] {
+            eperm.insert(call, vec![]);
+        }
+    }
 
     Ok(vec![x32_guard(), compile(enosys, SeccompAction::Errno(ENOSYS))?, compile(eperm, SeccompAction::Errno(EPERM))?])
 }
@@ -409,7 +420,7 @@ mod tests {
         for (net, udp, uid0) in
             [(false, false, false), (true, false, false), (true, true, false), (false, false, true), (true, true, true)]
         {
-            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0 };
+            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0, inotify: net };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));

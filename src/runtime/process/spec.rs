@@ -54,6 +54,9 @@ pub struct SandboxSpec {
     /// (the tool's `sysv_ipc = true`).
     #[serde(default)]
     pub sysv_ipc: bool,
+    /// Admit inotify (the tool's `inotify = true`).
+    #[serde(default)]
+    pub inotify: bool,
     /// Run as this uid and gid (only when warden runs as root).
     pub run_as: Option<(u32, u32)>,
     /// Drop every capability and lock the securebits (when running as root).

@@ -337,6 +337,7 @@ impl ComponentRuntime {
             workspace: PathBuf::from("/"),
             has_tmp: false,
             sysv_ipc: false,
+            inotify: false,
         };
         let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
         let tools = pre
@@ -774,6 +775,7 @@ mod tests {
             workspace: PathBuf::from("/"),
             has_tmp: false,
             sysv_ipc: false,
+            inotify: false,
         }
     }
 
