@@ -490,3 +490,167 @@ fn plugin_inspect_shows_hash_tools_and_reach_before_anything_is_granted() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("not a valid WebAssembly component"), "{}", r.stderr);
 }
+
+/// A `warden serve --http` child, killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const HTTP_TOKEN: &str = "slowloris-test-token-0123456789";
+
+/// One authenticated MCP request over a fresh connection (`Connection: close`):
+/// the status line and the body.
+fn mcp_post(addr: std::net::SocketAddr, body: &Value) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut method = body["method"].as_str().unwrap().to_string();
+    if let Some(name) = body["params"]["name"].as_str() {
+        method = format!("{method}\r\nMcp-Name: {name}");
+    }
+    let body = body.to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {HTTP_TOKEN}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("an authenticated client cannot connect: {e}"));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap_or_else(|e| panic!("no answer to an authenticated {body}: {e} ({out:?})"));
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+/// Issue 16, finding 8: 2,000 connections that never authenticate (idle, or a
+/// header left unfinished) do not keep a client with the token out of
+/// `warden serve --http`, even under `ulimit -n 1024`; they are closed by the
+/// header timeout, and warden's stderr stays a few lines (no warning flood at
+/// the descriptor limit).
+#[test]
+fn serve_http_survives_a_slowloris_of_two_thousand_idle_connections() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    use std::io::{BufRead, Read, Write};
+    use std::time::{Duration, Instant};
+    const IDLE: usize = 2000;
+    const HEADER_TIMEOUT_MS: u64 = 1500;
+    // This process holds the 2,000 client sockets.
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    }
+    assert!(hard >= IDLE as u64 + 200, "the test needs RLIMIT_NOFILE of at least {} (hard limit {hard})", IDLE + 200);
+
+    let env = Env::new();
+    env.write("four.txt", "1\n2\n3\n4\n");
+    // warden itself runs with 1,024 descriptors (soft and hard), fewer than the
+    // idle connections: without a cap it would run out and spin on accept.
+    let inner = env.command(&["serve", "--http", "127.0.0.1:0"]);
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg("ulimit -n 1024 && exec \"$0\" \"$@\"").arg(inner.get_program()).args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.current_dir(inner.get_current_dir().unwrap())
+        .env("WARDEN_HTTP_TOKEN", HTTP_TOKEN)
+        .env("WARDEN_HTTP_HEADER_TIMEOUT_MS", HEADER_TIMEOUT_MS.to_string())
+        .env_remove("WARDEN_HTTP_MAX_CONNECTIONS")
+        .env_remove("WARDEN_HTTP_IDLE_TIMEOUT_MS")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr: std::net::SocketAddr = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "warden serve --http exited before it listened");
+        if let Some(rest) = line.split("serving MCP at http://").nth(1) {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    // Count everything warden writes to stderr from now on; keep the start.
+    let drain = std::thread::spawn(move || {
+        let (mut total, mut kept, mut buf) = (0usize, Vec::new(), [0u8; 8192]);
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            total += n;
+            if kept.len() < 16384 {
+                kept.extend_from_slice(&buf[..n]);
+            }
+        }
+        (total, String::from_utf8_lossy(&kept).into_owned())
+    });
+
+    // The slowloris: connections that never send anything, and every fourth
+    // one a header it never finishes. (A connect can take a SYN retransmit,
+    // 1 s, when this loop outpaces warden's accepts and the backlog overflows.)
+    let started = Instant::now();
+    let mut idle = Vec::with_capacity(IDLE);
+    for i in 0..IDLE {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("idle connection {i} could not connect: {e}"));
+        if i % 4 == 0 {
+            let _ = s.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl");
+        }
+        idle.push(s);
+    }
+    let opened = started.elapsed();
+
+    // A client with the token still gets through, promptly.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let calls = Instant::now();
+    for id in 1..=3 {
+        let (status, body) =
+            mcp_post(addr, &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": meta}}));
+        assert!(status.starts_with("HTTP/1.1 200"), "tools/list answered {status}: {body}");
+        assert!(body.contains("read_file"), "{body}");
+    }
+    let (status, body) = mcp_post(
+        addr,
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                "params": {"name": "read_file", "arguments": {"path": "four.txt"}, "_meta": meta}}),
+    );
+    assert!(
+        status.starts_with("HTTP/1.1 200") && body.contains("1\\n2\\n3\\n4\\n"),
+        "read_file answered {status}: {body}"
+    );
+    let calls = calls.elapsed();
+    assert!(calls < Duration::from_secs(20), "4 authenticated calls took {calls:?}");
+
+    // Every idle connection is closed: evicted at the cap, or by the header
+    // timeout (a read sees EOF or a reset instead of blocking).
+    let deadline = Instant::now() + Duration::from_millis(HEADER_TIMEOUT_MS) + Duration::from_secs(8);
+    for (i, s) in idle.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        s.set_read_timeout(Some(left)).unwrap();
+        let mut b = [0u8; 64];
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("idle connection {i} still open {:?} after it was opened: {other:?}", started.elapsed()),
+        }
+    }
+    let closed = started.elapsed();
+    drop(idle);
+
+    drop(child);
+    let (total, text) = drain.join().unwrap();
+    println!(
+        "{IDLE} idle connections opened in {opened:?}; 4 authenticated calls in {calls:?}; \
+         all idle ones closed {closed:?} after the first; warden wrote {total} bytes to stderr:\n{text}"
+    );
+    assert!(total < 4096, "warden flooded stderr ({total} bytes):\n{text}");
+}

@@ -6,22 +6,103 @@
 //! request with an `Origin` header must come from a loopback origin or one given
 //! with `--allow-origin` (403 otherwise), and its `Host` must name this server
 //! (rmcp's DNS-rebinding check, 403). Only `/mcp` is served.
+//!
+//! # Limits: what an unauthenticated client can hold
+//!
+//! Anyone who can reach the port can open connections without the token, so
+//! every resource a connection holds before authentication is bounded:
+//!
+//! * **Descriptors.** At start the soft `RLIMIT_NOFILE` is raised to the hard
+//!   limit, and the connection cap is derived from the result:
+//!   `min(MAX_CONNECTIONS, nofile - min(FD_RESERVE, nofile / 2))`, so that the
+//!   tools, the audit log and the components keep descriptors of their own
+//!   (1024 connections with the usual limits; 768 when `ulimit -n` is 1024).
+//!   Evicted connections are closed by their own tasks; `accept` waits when
+//!   more than [`CLOSING_SLACK`] of them are still closing, so the sockets
+//!   open never exceed the cap by more than that.
+//! * **The cap does not lock anyone out.** When a new connection arrives at the
+//!   cap, warden closes the oldest connection that has no authenticated request
+//!   in flight (first those that never sent an authenticated request, oldest
+//!   first; then authenticated ones idle between requests, least recently used
+//!   first) and admits the newcomer. It refuses a newcomer only when every slot
+//!   holds an authenticated request in progress. Idle or slow unauthenticated
+//!   connections therefore cannot keep a client that holds the token out:
+//!   theirs are the first slots given up. (A client must send its request
+//!   promptly after connecting: a flood of newer connections can evict a
+//!   connection that has not sent one yet.)
+//! * **Time before authentication.** A connection must deliver the headers of
+//!   an authenticated request within [`HEADER_READ_TIMEOUT`] of being accepted,
+//!   or it is closed (slowloris, idle sockets, or a client that only collects
+//!   401s).
+//! * **Time between requests.** Once authenticated, a keep-alive connection is
+//!   closed when the next request's headers are not complete within
+//!   [`IDLE_TIMEOUT`] of the previous response (hyper's header-read timeout).
+//!   A request in progress (a running tool) has no such limit.
+//! * **The listen queue** is [`LISTEN_BACKLOG`] long, so a burst of connects
+//!   does not drop the SYNs of clients with the token while warden catches up.
+//! * **`accept` failures** (EMFILE, ENFILE, ENOBUFS, ENOMEM) back off from
+//!   [`ACCEPT_BACKOFF_MIN`] doubling to [`ACCEPT_BACKOFF_MAX`] instead of
+//!   spinning, and like evictions and refusals are reported at most once per
+//!   [`WARN_INTERVAL`], with the count of the reports suppressed meanwhile.
+//!
+//! `WARDEN_HTTP_MAX_CONNECTIONS` (lowers or raises the cap, still bounded by the
+//! descriptors), `WARDEN_HTTP_HEADER_TIMEOUT_MS` and
+//! `WARDEN_HTTP_IDLE_TIMEOUT_MS` override the defaults.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
 
 use super::server::{Shared, WardenServer};
 
 /// The largest request body accepted (413 past it).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+/// The most connections held at once (`WARDEN_HTTP_MAX_CONNECTIONS` changes
+/// it), further bounded by the descriptors: see the module documentation.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Descriptors kept out of the connection cap for everything else warden
+/// opens (at most half the limit): the audit log, components, tools' pipes.
+pub const FD_RESERVE: u64 = 256;
+
+/// How long a connection has, from `accept`, to deliver the headers of an
+/// authenticated request (`WARDEN_HTTP_HEADER_TIMEOUT_MS` changes it).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an authenticated keep-alive connection may wait between the end of
+/// one response and the end of the next request's headers
+/// (`WARDEN_HTTP_IDLE_TIMEOUT_MS` changes it).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Evicted connections whose sockets may still be closing when a new one is
+/// accepted: past `cap + CLOSING_SLACK` open sockets, `accept` waits for them.
+pub const CLOSING_SLACK: usize = 32;
+
+/// The kernel's queue of connections not yet accepted (clamped by
+/// `net.core.somaxconn`): a burst of connects waits there instead of having
+/// its SYNs dropped (and retried a second later) while warden catches up.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// The first pause after a failed `accept`; it doubles on each further failure.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// The longest pause after failed `accept`s.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// At most one warning of each kind (accept failures, evictions, refusals) per
+/// this interval; the rest are counted and the count is reported with the next.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How the HTTP transport is set up.
 #[derive(Debug, Clone)]
@@ -65,10 +146,190 @@ fn loopback_origin(origin: &str) -> bool {
     }
 }
 
+/// The limits in force, from the defaults, the environment and the
+/// descriptor limit.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_connections: usize,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+fn env_number(name: &str) -> Result<Option<u64>, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!("{name} must be a positive whole number, not {v:?}")),
+        },
+    }
+}
+
+impl Limits {
+    /// `nofile` is the soft descriptor limit in force.
+    fn new(nofile: u64) -> Result<Limits, String> {
+        let wanted = env_number("WARDEN_HTTP_MAX_CONNECTIONS")?.map_or(MAX_CONNECTIONS as u64, |n| n);
+        let by_fds = nofile.saturating_sub(FD_RESERVE.min(nofile / 2)).max(1);
+        let ms = |name, default: Duration| -> Result<Duration, String> {
+            Ok(env_number(name)?.map_or(default, Duration::from_millis))
+        };
+        Ok(Limits {
+            max_connections: usize::try_from(wanted.min(by_fds)).unwrap_or(MAX_CONNECTIONS),
+            header_timeout: ms("WARDEN_HTTP_HEADER_TIMEOUT_MS", HEADER_READ_TIMEOUT)?,
+            idle_timeout: ms("WARDEN_HTTP_IDLE_TIMEOUT_MS", IDLE_TIMEOUT)?,
+        })
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit in
+/// force afterwards.
+fn raise_nofile() -> u64 {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return if hard == RLIM_INFINITY { u64::MAX } else { hard };
+    }
+    if soft == RLIM_INFINITY { u64::MAX } else { soft }
+}
+
+/// At most one report per [`WARN_INTERVAL`]: `hit` answers the number of
+/// reports suppressed since the last one when this one may be made.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn hit(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < WARN_INTERVAL) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+fn suppressed(n: u64) -> String {
+    if n == 0 { String::new() } else { format!(" ({n} more since the last report)") }
+}
+
+/// One open connection.
+struct Slot {
+    /// It has sent at least one authenticated request.
+    authed: bool,
+    /// Authenticated requests in progress.
+    busy: u32,
+    /// When it was accepted or last finished a request.
+    since: Instant,
+    /// Cancelled to close it.
+    close: CancellationToken,
+}
+
+/// The open connections, by accept order.
+#[derive(Default)]
+struct Registry {
+    slots: Mutex<BTreeMap<u64, Slot>>,
+}
+
+enum Admission {
+    /// Admitted; `evicted` when another connection was closed to make room.
+    Admitted { close: CancellationToken, evicted: bool },
+    /// Every slot is busy with authenticated work.
+    Refused,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Slot>> {
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes a slot for connection `id`, evicting the oldest connection with
+    /// nothing authenticated in flight when all `cap` slots are taken.
+    fn admit(&self, id: u64, cap: usize) -> Admission {
+        let mut slots = self.lock();
+        let mut evicted = false;
+        if slots.len() >= cap {
+            let unauthenticated = slots.iter().find(|(_, s)| !s.authed && s.busy == 0).map(|(id, _)| *id);
+            let victim = unauthenticated
+                .or_else(|| slots.iter().filter(|(_, s)| s.busy == 0).min_by_key(|(_, s)| s.since).map(|(id, _)| *id));
+            let Some(victim) = victim else {
+                return Admission::Refused;
+            };
+            if let Some(s) = slots.remove(&victim) {
+                s.close.cancel();
+            }
+            evicted = true;
+        }
+        let close = CancellationToken::new();
+        slots.insert(id, Slot { authed: false, busy: 0, since: Instant::now(), close: close.clone() });
+        Admission::Admitted { close, evicted }
+    }
+
+    fn authed(&self, id: u64) -> bool {
+        self.lock().get(&id).is_some_and(|s| s.authed)
+    }
+
+    fn begin(&self, id: u64) {
+        if let Some(s) = self.lock().get_mut(&id) {
+            s.authed = true;
+            s.busy += 1;
+        }
+    }
+
+    fn end(&self, id: u64) {
+        if let Some(s) = self.lock().get_mut(&id) {
+            s.busy = s.busy.saturating_sub(1);
+            s.since = Instant::now();
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+}
+
+/// Frees a connection's slot when its task ends, however it ends.
+struct Held(Arc<Registry>, u64);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
+}
+
+/// Marks an authenticated request in progress on a connection.
+struct Busy(Arc<Registry>, u64);
+
+impl Busy {
+    fn new(registry: &Arc<Registry>, id: u64) -> Busy {
+        registry.begin(id);
+        Busy(registry.clone(), id)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.end(self.1);
+    }
+}
+
+/// A listening socket with a [`LISTEN_BACKLOG`]-long queue.
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves MCP on `options.addr` until SIGINT or SIGTERM.
 pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(options.addr)
-        .await
+    let limits = Limits::new(raise_nofile())?;
+    let listener = listen(options.addr)
         .map_err(|e| format!("cannot listen on {}: {e} (pick another --http address)", options.addr))?;
     let local = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
     if !local.ip().is_loopback() {
@@ -92,32 +353,113 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
         config,
     );
     eprintln!("warden: serving MCP at http://{local}/mcp");
+    tracing::debug!("HTTP limits: {limits:?}");
     let token: Arc<str> = Arc::from(options.token);
     let origins: Arc<[String]> = Arc::from(options.allowed_origins);
+    let registry = Arc::new(Registry::default());
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.idle_timeout);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let (mut accept_errors, mut evictions, mut refusals) =
+        (Throttle::default(), Throttle::default(), Throttle::default());
+    let mut backoff: Option<Duration> = None;
+    let mut next_id = 0u64;
+    // Every socket, counted until it is closed: an evicted one is closed by its
+    // own task, so the accept loop could otherwise outrun the closing.
+    let sockets = Arc::new(tokio::sync::Semaphore::new(limits.max_connections + CLOSING_SLACK));
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    continue;
-                }
-            },
+        let permit = tokio::select! {
+            p = sockets.clone().acquire_owned() => p.map_err(|e| format!("the connection count: {e}"))?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
             _ = term.recv() => return Ok(()),
         };
-        let (mcp, token, origins) = (mcp.clone(), token.clone(), origins.clone());
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff = None;
+                stream
+            }
+            Err(e) => {
+                // Out of descriptors or memory: the pending connection stays in
+                // the backlog, so retrying at once would spin. Pause instead.
+                let pause = backoff.map_or(ACCEPT_BACKOFF_MIN, |b| (b * 2).min(ACCEPT_BACKOFF_MAX));
+                backoff = Some(pause);
+                if let Some(n) = accept_errors.hit() {
+                    tracing::warn!("accept failed: {e}; retrying in up to {ACCEPT_BACKOFF_MAX:?}{}", suppressed(n));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                    _ = term.recv() => return Ok(()),
+                }
+                continue;
+            }
+        };
+        next_id += 1;
+        let id = next_id;
+        let close = match registry.admit(id, limits.max_connections) {
+            Admission::Admitted { close, evicted } => {
+                if evicted && let Some(n) = evictions.hit() {
+                    tracing::warn!(
+                        "{} connections open (the cap): closed the oldest one without an authenticated request in progress{}",
+                        limits.max_connections,
+                        suppressed(n)
+                    );
+                }
+                close
+            }
+            Admission::Refused => {
+                if let Some(n) = refusals.hit() {
+                    tracing::warn!(
+                        "all {} connections are busy with authenticated calls: refused a new one{}",
+                        limits.max_connections,
+                        suppressed(n)
+                    );
+                }
+                drop((stream, permit));
+                continue;
+            }
+        };
+        let held = Held(registry.clone(), id);
+        let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
+        let builder = builder.clone();
+        let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
+            let _counted = permit;
+            let _held = held;
+            let conn_registry = registry.clone();
             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let (mcp, token, origins) = (mcp.clone(), token.clone(), origins.clone());
-                async move { Ok::<_, Infallible>(gate(req, &mcp, &token, &origins).await) }
+                let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
+                async move { Ok::<_, Infallible>(gate(req, &mcp, &token, &origins, &registry, id).await) }
             });
-            if let Err(e) =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await
-            {
-                tracing::debug!("connection ended: {e}");
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let deadline = tokio::time::sleep(header_timeout);
+            tokio::pin!(deadline);
+            let mut before_auth = true;
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            tracing::debug!("connection ended: {e}");
+                        }
+                        return;
+                    }
+                    // Evicted: dropping the connection closes the socket.
+                    () = close.cancelled() => return,
+                    () = &mut deadline, if before_auth => {
+                        if !conn_registry.authed(id) {
+                            tracing::debug!("connection closed: no authenticated request within {header_timeout:?}");
+                            return;
+                        }
+                        before_auth = false;
+                    }
+                }
             }
         });
     }
@@ -129,6 +471,8 @@ async fn gate(
     mcp: &StreamableHttpService<WardenServer, NeverSessionManager>,
     token: &str,
     origins: &[String],
+    registry: &Arc<Registry>,
+    conn: u64,
 ) -> http::Response<Body> {
     if req.uri().path() != "/mcp" {
         return plain(http::StatusCode::NOT_FOUND, "warden serves MCP at /mcp only\n");
@@ -147,6 +491,9 @@ async fn gate(
         r.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
         return r;
     }
+    // From here on the connection is authenticated and this request is in
+    // progress: it is neither timed out before authentication nor evicted.
+    let _busy = Busy::new(registry, conn);
     if let Some(origin) = req.headers().get(http::header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !loopback_origin(origin) && !origins.iter().any(|o| o == origin) {
@@ -161,7 +508,51 @@ async fn gate(
 
 #[cfg(test)]
 mod tests {
-    use super::loopback_origin;
+    use super::{Admission, Registry, Throttle, loopback_origin};
+
+    fn admitted(a: Admission) -> tokio_util::sync::CancellationToken {
+        match a {
+            Admission::Admitted { close, .. } => close,
+            Admission::Refused => panic!("refused"),
+        }
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_unauthenticated_then_the_longest_idle_connection_gives_way() {
+        let r = Registry::default();
+        let c1 = admitted(r.admit(1, 3));
+        let c2 = admitted(r.admit(2, 3));
+        let c3 = admitted(r.admit(3, 3));
+        // 1 is busy with an authenticated call, 2 authenticated and idle, 3 never authenticated.
+        r.begin(1);
+        r.begin(2);
+        r.end(2);
+        let c4 = admitted(r.admit(4, 3));
+        assert!(c3.is_cancelled() && !c1.is_cancelled() && !c2.is_cancelled());
+        // 4 is unauthenticated: it goes before the idle authenticated 2.
+        let _c5 = admitted(r.admit(5, 3));
+        assert!(c4.is_cancelled() && !c2.is_cancelled());
+        r.begin(5);
+        let _c6 = admitted(r.admit(6, 3));
+        assert!(c2.is_cancelled() && !c1.is_cancelled());
+        // Now 1 and 5 are busy, 6 is not: 6 gives way; once all three are busy, refuse.
+        let _c7 = admitted(r.admit(7, 3));
+        r.begin(7);
+        assert!(matches!(r.admit(8, 3), Admission::Refused));
+        r.end(1);
+        let _c8 = admitted(r.admit(8, 3));
+        assert!(c1.is_cancelled());
+    }
+
+    #[test]
+    fn the_throttle_reports_once_per_interval_with_the_count() {
+        let mut t = Throttle::default();
+        assert_eq!(t.hit(), Some(0));
+        assert_eq!(t.hit(), None);
+        assert_eq!(t.hit(), None);
+        t.last = t.last.and_then(|l| l.checked_sub(super::WARN_INTERVAL));
+        assert_eq!(t.hit(), Some(2));
+    }
 
     #[test]
     fn only_loopback_origins_pass_by_default() {
