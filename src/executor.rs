@@ -170,6 +170,8 @@ pub struct Executor {
     approver: Approver,
     audit: AuditLog,
     session: String,
+    /// Where the policy's tools may write: no grant may pass through a link there.
+    writable: Vec<std::path::PathBuf>,
 }
 
 /// What the pipeline learnt about a call, for its audit record.
@@ -201,10 +203,21 @@ impl Executor {
         crate::runtime::process::limits::ignore_sigxfsz();
         let runtime = ComponentRuntime::new(options.cache_dir)?;
         let processes = ProcessRuntime::new(options.sandbox_helper.clone(), policy.mode);
-        let servers = ServerPool::new(options.sandbox_helper, policy.mode, policy.workspace.clone());
+        let servers = ServerPool::new(options.sandbox_helper, &policy);
         let pins = Pins::load(policy.lock_path.as_deref());
         let catalog = Catalog::build(&policy, &runtime, &servers, &pins);
-        Ok(Executor { policy, catalog, runtime, processes, servers, approver, audit, session: random_id("s") })
+        let writable = policy.writable_roots();
+        Ok(Executor {
+            policy,
+            catalog,
+            runtime,
+            processes,
+            servers,
+            approver,
+            audit,
+            session: random_id("s"),
+            writable,
+        })
     }
 
     /// The policy.
@@ -429,7 +442,7 @@ impl Executor {
             trace.sandbox = Some(sandbox);
             return Ok(self.shape(spec, value, usage, trace));
         }
-        let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace)?;
+        let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
         let RunOutput { value, usage, sandbox } = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) => {
                 trace.sandbox = Some(self.processes.report(&walls));

@@ -276,7 +276,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
 
 /// The catalog of `policy` as the executor would build it, and the servers it started.
 fn catalog_of(policy: &Policy, runtime: &ComponentRuntime) -> (Catalog, ServerPool) {
-    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy.mode, policy.workspace.clone());
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy);
     let pins = Pins::load(policy.lock_path.as_deref());
     (Catalog::build(policy, runtime, &servers, &pins), servers)
 }
@@ -306,7 +306,7 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
         new.insert(Owner::Plugin(&p.name), &loaded.tools);
         said.extend(loaded.tools.iter().map(|t| (format!("plugin {}: {}", p.name, t.name), t.description.clone())));
     }
-    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy.mode, policy.workspace.clone());
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), &policy);
     for s in policy.servers.values() {
         let defs = servers.definitions(s).map_err(|e| {
             fail(1, format!("cannot lock: server {}: {}", s.name, crate::shape::sanitize_str(&e.message)))

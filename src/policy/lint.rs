@@ -546,7 +546,11 @@ fn lint_tool(
         }
     }
     if let Some(v) = t.inotify.as_ref().filter(|v| *v.get_ref()) {
-        l.add("WL115", v.span(), format!("tool {name}: inotify = true lets the tool watch any directory its uid can read"));
+        l.add(
+            "WL115",
+            v.span(),
+            format!("tool {name}: inotify = true lets the tool watch any directory its uid can read"),
+        );
     }
     if let Some(v) = t.sysv_ipc.as_ref().filter(|v| *v.get_ref()) {
         l.add(

@@ -114,6 +114,29 @@ pub struct Policy {
     pub lock_path: Option<PathBuf>,
 }
 
+impl Policy {
+    /// Where some tool or server of this policy may write (and so plant a
+    /// symbolic link): the workspace and every fixed `fs.write` path. A granted
+    /// path that passes through a link inside one of them is refused at call time
+    /// ([`crate::runtime::Walls::for_tool`]).
+    pub fn writable_roots(&self) -> Vec<PathBuf> {
+        let grants = self.tools.values().map(|t| &t.grants).chain(self.servers.values().map(|s| &s.grants));
+        let mut roots: Vec<PathBuf> = grants
+            .flat_map(|g| g.paths.iter())
+            .filter(|p| p.write)
+            .filter_map(|p| match &p.path {
+                GrantPath::Fixed(path) => Some(path.clone()),
+                GrantPath::Tmp(_) => None,
+            })
+            .filter(|p| !compile::SYSTEM_WRITE.iter().any(|s| p == Path::new(s)))
+            .collect();
+        roots.push(self.workspace.clone());
+        roots.sort();
+        roots.dedup();
+        roots
+    }
+}
+
 /// The lock file written beside a policy by `warden lock`.
 pub const LOCK_FILE: &str = "warden.lock";
 

@@ -124,7 +124,15 @@ pub struct Walls {
 
 impl Walls {
     /// Resolves a tool's grants for one call; `tmp` is created when the grants mention it.
-    pub fn for_tool(tool: &ToolSpec, workspace: &Path) -> Result<(Walls, Option<CallTmp>), CallError> {
+    /// `writable` are the places some tool may write ([`crate::Policy::writable_roots`]):
+    /// a granted path that passes through a symbolic link inside one of them is
+    /// refused, and every granted path is given to the runtimes in its canonical
+    /// form, which they open without following any link ([`resolve_grant`]).
+    pub fn for_tool(
+        tool: &ToolSpec,
+        workspace: &Path,
+        writable: &[PathBuf],
+    ) -> Result<(Walls, Option<CallTmp>), CallError> {
         let g = &tool.grants;
         let needs_tmp = g.paths.iter().any(|p| matches!(p.path, GrantPath::Tmp(_)))
             || g.env_set.values().any(|v| v.contains("{tmp}"));
@@ -142,10 +150,9 @@ impl Walls {
                 }
                 (GrantPath::Tmp(_), None) => continue,
             };
-            if path.exists() {
-                dirs.push((path, grant.write));
-            } else {
-                tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display());
+            match resolve_grant(&tool.name, &path, writable)? {
+                Some(resolved) => dirs.push((resolved, grant.write)),
+                None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
             }
         }
         let mut env = Vec::new();
@@ -178,6 +185,48 @@ impl Walls {
     pub fn dirs_text(&self) -> Vec<String> {
         self.dirs.iter().map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" })).collect()
     }
+}
+
+/// One granted path for one call: its canonical form, or `None` when it does
+/// not exist. A grant is resolved again at every call, and a tool that may
+/// write where the path leads could have replaced a directory of it with a
+/// symbolic link since the last one (`{workspace}/sub` -> `/etc`), widening
+/// this call's grant to the link's target. So a path that passes through a
+/// symbolic link lying inside a `writable` place (strictly inside: a writable
+/// root itself cannot be replaced from within) is refused. Links elsewhere
+/// (`/bin` -> `usr/bin`, an administrator's `/home` -> `/data/home`) are
+/// followed. The runtimes open the canonical path without following any link
+/// (`openat2` with `RESOLVE_NO_SYMLINKS`), so a link planted after this check
+/// fails the call instead of being followed.
+pub fn resolve_grant(tool: &str, path: &Path, writable: &[PathBuf]) -> Result<Option<PathBuf>, CallError> {
+    let mut at = PathBuf::new();
+    for part in path.components() {
+        at.push(part);
+        let Ok(meta) = fs::symlink_metadata(&at) else { return Ok(None) };
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        if let Some(root) = writable.iter().find(|w| at != **w && at.starts_with(w)) {
+            let target = fs::read_link(&at).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+            return Err(CallError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "{tool}: the granted path {} passes through the symbolic link {} (-> {target}), inside {}, \
+                     where a tool may write: a tool could have planted it to widen this grant, so the call does \
+                     not run; remove the link, or grant its target directly in fs.read/fs.write",
+                    path.display(),
+                    at.display(),
+                    root.display()
+                ),
+            ));
+        }
+        // Go on from where the link leads: a link further down is judged where it really lies.
+        match fs::canonicalize(&at) {
+            Ok(real) => at = real,
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(Some(at))
 }
 
 /// The per-call private `{tmp}` directory, removed when dropped.

@@ -601,6 +601,22 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(ok, r.brief())
             },
         ),
+        c(
+            "fs-grant-swap/process",
+            "process",
+            "a tool that may write the workspace replaces {workspace}/sub with a symbolic link to a directory outside; \
+             a later call of another tool whose only grant is fs.read = {workspace}/sub reads the secret through it",
+            "PERMISSION_DENIED naming the planted link (a grant may not pass through a link where a tool may write); \
+             the secret never appears",
+            |s| grant_swap(s, "reader", "process"),
+        ),
+        c(
+            "fs-grant-swap/builtin",
+            "builtin",
+            "the same planted link, then read_file (fs.read = {workspace}/sub) of sub/secret.txt",
+            "PERMISSION_DENIED naming the planted link; the secret never appears",
+            |s| grant_swap(s, "read_file", "builtin"),
+        ),
     ]
 }
 
@@ -896,4 +912,33 @@ fn ro_builtin(s: &Scene, tool: &'static str, args: fn(&Path, &Path) -> serde_jso
     );
     let r = k.call(tool, args(&file, &dir));
     ro_verdict(s, &r, &file, &[dir.join("moved.txt")])
+}
+
+/// The grant-swap attack: `writer` plants `{workspace}/sub` -> the secret's directory,
+/// then `victim` (granted `{workspace}/sub` only) reads `sub/secret.txt`.
+fn grant_swap(s: &Scene, victim: &str, kind: &str) -> Observed {
+    let ws = s.ws(&format!("grant-swap-{kind}"));
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    let policy = s.policy_file(
+        "version = 1\n[plugins.fs]\nsource = \"builtin:fs\"\n\
+         [tools.writer]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\"]\n\
+         [tools.reader]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}/sub\"]\n\
+         [tools.read_file]\nplugin = \"fs\"\ntier = \"auto\"\nfs.read = [\"{workspace}/sub\"]\n",
+    );
+    let p = policy.to_str().unwrap();
+    let plant = json!({ "command": format!("rm -rf sub && ln -s {} sub && echo planted", s.outside.display()) });
+    let planted = s.warden(&ws, &["--policy", p, "call", "writer", &plant.to_string()], None, None);
+    if !planted.out().contains("planted") {
+        return Observed::new(false, format!("the link could not be planted: {}", planted.brief()));
+    }
+    let args = if victim == "reader" {
+        json!({ "command": format!("cat {}/sub/secret.txt", ws.display()) })
+    } else {
+        json!({ "path": "sub/secret.txt" })
+    };
+    let r = s.warden(&ws, &["--policy", p, "call", victim, &args.to_string()], None, None);
+    let refused = r.error_code() == "PERMISSION_DENIED" && r.error_message().contains("symbolic link");
+    Observed::new(refused && !s.leaks(&r.all()), r.brief())
 }

@@ -11,9 +11,10 @@
 use std::path::PathBuf;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
+use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, openat2};
 
 /// The oldest ABI `enforce` mode accepts: 4 adds TCP, so network grants are real.
 pub const MIN_ENFORCED_ABI: u32 = 4;
@@ -53,6 +54,33 @@ pub struct LandlockRules {
     pub connect_ports: Option<Vec<u16>>,
 }
 
+/// A rule for `path` (canonical: the host resolved it), opened without following
+/// any symbolic link, so that a link planted since the host checked the path
+/// fails the call rather than widening the grant; `None` when it is gone. A file
+/// gets the rights that apply to files.
+fn beneath(
+    path: &std::path::Path,
+    access: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Result<Option<PathBeneath<std::os::fd::OwnedFd>>, String> {
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    let fd = match openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(rustix::io::Errno::LOOP) => {
+            return Err(format!(
+                "the granted path {} now passes through a symbolic link (planted since warden checked it): refused",
+                path.display()
+            ));
+        }
+        Err(e) => return Err(format!("cannot open the granted path {}: {e}", path.display())),
+    };
+    let is_dir =
+        rustix::fs::fstat(&fd).map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()).unwrap_or(false);
+    let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
+    Ok(Some(PathBeneath::new(fd, access)))
+}
+
 /// Restricts the calling thread (and what it execs) to `rules`. Returns the ABI enforced.
 pub fn apply_to_current_thread(rules: &LandlockRules, abi_version: u32) -> Result<u32, String> {
     if abi_version == 0 {
@@ -72,9 +100,13 @@ pub fn apply_to_current_thread(rules: &LandlockRules, abi_version: u32) -> Resul
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(err)?;
     }
     let mut created = ruleset.create().map_err(err)?;
-    let existing = |paths: &[PathBuf]| paths.iter().filter(|p| p.exists()).cloned().collect::<Vec<_>>();
-    created = created.add_rules(path_beneath_rules(existing(&rules.read), AccessFs::from_read(abi))).map_err(err)?;
-    created = created.add_rules(path_beneath_rules(existing(&rules.write), AccessFs::from_all(abi))).map_err(err)?;
+    for (paths, access) in [(&rules.read, AccessFs::from_read(abi)), (&rules.write, AccessFs::from_all(abi))] {
+        for path in paths {
+            if let Some(rule) = beneath(path, access, abi)? {
+                created = created.add_rule(rule).map_err(err)?;
+            }
+        }
+    }
     if used >= 4 {
         for port in rules.connect_ports.iter().flatten() {
             created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;

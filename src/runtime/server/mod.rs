@@ -30,7 +30,7 @@ use super::process::ProcessRuntime;
 use super::wasm::ToolDef;
 use super::{CallTmp, Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
-use crate::policy::{SandboxMode, ServerSpec};
+use crate::policy::ServerSpec;
 
 /// How long a server has to start and answer `initialize` and `tools/list`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,6 +51,8 @@ type Job = Box<dyn FnOnce() + Send>;
 pub struct ServerPool {
     processes: ProcessRuntime,
     workspace: PathBuf,
+    /// Where the policy's tools may write ([`crate::Policy::writable_roots`]).
+    writable: Arc<[PathBuf]>,
     slots: Mutex<BTreeMap<String, Arc<Mutex<Slot>>>>,
     spawner: Mutex<Sender<Job>>,
 }
@@ -89,8 +91,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ServerPool {
-    /// A pool that starts servers through `helper` under `mode`, for `workspace`.
-    pub fn new(helper: Option<PathBuf>, mode: SandboxMode, workspace: PathBuf) -> ServerPool {
+    /// A pool that starts the servers of `policy` through `helper`.
+    pub fn new(helper: Option<PathBuf>, policy: &crate::policy::Policy) -> ServerPool {
+        let (mode, workspace, writable) = (policy.mode, policy.workspace.clone(), policy.writable_roots().into());
         let (tx, rx) = channel::<Job>();
         let _ = std::thread::Builder::new().name("warden-servers".into()).spawn(move || {
             while let Ok(job) = rx.recv() {
@@ -100,6 +103,7 @@ impl ServerPool {
         ServerPool {
             processes: ProcessRuntime::new(helper, mode),
             workspace,
+            writable,
             slots: Mutex::default(),
             spawner: Mutex::new(tx),
         }
@@ -229,10 +233,10 @@ impl ServerPool {
     fn start(&self, spec: &ServerSpec) -> Result<(Live, Vec<ToolDef>), CallError> {
         let (tx, rx) = channel();
         let job_spec = spec.clone();
-        let workspace = self.workspace.clone();
+        let (workspace, writable) = (self.workspace.clone(), self.writable.clone());
         let processes = self.processes.clone();
         let job: Job = Box::new(move || {
-            let _ = tx.send(start_on_this_thread(&processes, &job_spec, &workspace));
+            let _ = tx.send(start_on_this_thread(&processes, &job_spec, &workspace, &writable));
         });
         lock(&self.spawner)
             .send(job)
@@ -270,8 +274,9 @@ fn start_on_this_thread(
     processes: &ProcessRuntime,
     spec: &ServerSpec,
     workspace: &std::path::Path,
+    writable: &[PathBuf],
 ) -> Result<Started, CallError> {
-    let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace)?;
+    let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace, writable)?;
     let started = processes.start_server(&spec.name, &spec.exec, &walls, tmp.as_ref().map(|t| t.path.as_path()))?;
     Ok((started.process, started.sandbox, tmp))
 }

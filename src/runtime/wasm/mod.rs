@@ -17,7 +17,7 @@ mod threads;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -371,7 +371,8 @@ impl ComponentRuntime {
         for (dir, write) in walls.dirs.iter().filter(|(d, _)| d.is_dir()) {
             let perms = if *write { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             let guest = dir.to_string_lossy();
-            b.preopened_dir(dir, &guest, perms).map_err(|e| {
+            let held = open_no_symlinks(dir)?;
+            b.preopened_dir(&held.path, &guest, perms).map_err(|e| {
                 CallError::new(
                     ErrorCode::SandboxUnavailable,
                     format!("cannot open granted directory {}: {e:#}", dir.display()),
@@ -554,6 +555,41 @@ impl ComponentRuntime {
             ipc: None,
         }
     }
+}
+
+/// A granted directory opened without following any symbolic link (its path is
+/// canonical: [`crate::runtime::resolve_grant`] resolved it), and the path
+/// through which wasmtime opens that very directory again: `/proc/self/fd/N`
+/// reopens the descriptor's own directory, never a path looked up anew. A link
+/// planted since the check fails the call.
+struct HeldDir {
+    _fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+fn open_no_symlinks(dir: &Path) -> Result<HeldDir, CallError> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, openat2};
+    use std::os::fd::AsRawFd;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = openat2(CWD, dir, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS).map_err(
+        |e| {
+            let why = if e == rustix::io::Errno::LOOP {
+                "it now passes through a symbolic link (planted since warden checked it)".to_string()
+            } else {
+                e.to_string()
+            };
+            CallError::new(
+                ErrorCode::PermissionDenied,
+                format!("cannot open granted directory {}: {why}", dir.display()),
+            )
+        },
+    )?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    if !path.exists() {
+        // No /proc: the canonical path itself (checked a moment ago).
+        return Ok(HeldDir { _fd: fd, path: dir.to_path_buf() });
+    }
+    Ok(HeldDir { _fd: fd, path })
 }
 
 /// Resolves `net.connect` grants to the socket addresses the check admits.
