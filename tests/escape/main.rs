@@ -21,6 +21,7 @@
 mod components;
 mod filesystem;
 mod hostside;
+mod itself;
 mod network;
 mod policy;
 mod privilege;
@@ -110,6 +111,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(components::cases());
     v.extend(policy::cases());
     v.extend(hostside::cases());
+    v.extend(itself::cases());
     v
 }
 
@@ -203,9 +205,15 @@ fn the_escape_battery() {
         "root": scene.root,
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("escape.json");
-    if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()) {
-        println!("warning: cannot write the report {}: {e}", path.display());
+    // As root (and for whoever owns target/): target/escape.json. An ordinary user
+    // running the root-built binaries (.ci/unprivileged) writes target/tmp/escape-uid-N.json.
+    let text = serde_json::to_string_pretty(&report).unwrap();
+    let mut path = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("escape.json");
+    if std::fs::write(&path, &text).is_err() {
+        path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("escape-uid-{}.json", nix::unistd::geteuid()));
+        if let Err(e) = std::fs::write(&path, &text) {
+            println!("warning: cannot write the report {}: {e}", path.display());
+        }
     }
 
     println!(
