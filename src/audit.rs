@@ -255,6 +255,20 @@ impl AuditLog {
             return Err(sync_failed(why));
         }
         still_there(&self.file, &self.path)?;
+        // A file-size limit warden inherited (nothing the tool does can set one:
+        // seccomp refuses prlimit64 on another process) would stop the append.
+        let (limit, _) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE).map_err(std::io::Error::from)?;
+        let len = self.file.metadata()?.len();
+        if limit != nix::sys::resource::RLIM_INFINITY && limit < len.saturating_add(MAX_RECORD_BYTES as u64 * 16) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "warden's RLIMIT_FSIZE ({limit} bytes) leaves no room past the log's {len} bytes; raise it \
+                     (ulimit -f) or start a new log"
+                ),
+            ));
+        }
         let fs = nix::sys::statvfs::fstatvfs(&self.file).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
             return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));

@@ -137,3 +137,42 @@ fn a_full_disk_stops_the_call_before_it_runs() {
     let v = warden::audit::verify(&log).unwrap();
     assert!(v.problem.is_none(), "{:?}", v.problem);
 }
+
+/// A file-size limit that warden inherited (a tool cannot set one on warden:
+/// seccomp refuses `prlimit64` on another process) would fail the append after
+/// the tool ran; warden ignores `SIGXFSZ` and refuses the call before it runs.
+#[test]
+fn a_file_size_limit_too_small_for_the_log_stops_the_call_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let log = dir.path().join("audit.jsonl");
+    std::fs::write(&log, "").unwrap();
+    let warden = env!("CARGO_BIN_EXE_warden");
+    let run = |limit_kib: u32| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -S -f {limit_kib}; exec \"$0\" --approve yes --audit-log \"$1\" --workspace \"$2\" call write_file \
+                 '{{\"path\":\"ran.txt\",\"content\":\"ran\"}}'"
+            ))
+            .arg(warden)
+            .arg(&log)
+            .arg(&ws)
+            .env("WARDEN_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache"))
+            .output()
+            .unwrap()
+    };
+    // Room enough: the call runs and is recorded.
+    let ok = run(1 << 20);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    std::fs::remove_file(ws.join("ran.txt")).unwrap();
+    // 1 KiB: warden is not killed by SIGXFSZ, and the tool does not run.
+    let out = run(1);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(70), "{doc}");
+    assert_eq!(doc["error"]["code"], "INTERNAL", "{doc}");
+    assert!(doc["error"]["message"].as_str().unwrap().contains("RLIMIT_FSIZE"), "{doc}");
+    assert!(!ws.join("ran.txt").exists(), "the tool ran without room for its record");
+    assert!(warden::audit::verify(&log).unwrap().problem.is_none());
+}
