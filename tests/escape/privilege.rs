@@ -6,7 +6,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool};
+use crate::scene::{PYTHON, Run, SHELL, SHELL_PROC, Tool};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "privilege";
@@ -31,6 +31,13 @@ def show(name, *a):\n\
 fn syscalls(s: &Scene, id: &str, tool: Tool<'_>, body: &str, want: &[(&str, &str)]) -> Observed {
     let ws = s.ws(id);
     let r = s.python(&ws, tool, &format!("{SYSCALL}{body}"), "true");
+    let (missing, seen) = printed(&r, want);
+    Observed::new(r.success() && missing, seen)
+}
+
+/// Whether every `(name, errno)` of `want` was printed exactly so (false: one is
+/// missing), and the probe's lines, with what is missing.
+fn printed(r: &Run, want: &[(&str, &str)]) -> (bool, String) {
     let out = r.out();
     let missing: Vec<String> = want
         .iter()
@@ -38,10 +45,8 @@ fn syscalls(s: &Scene, id: &str, tool: Tool<'_>, body: &str, want: &[(&str, &str
         .map(|(name, errno)| format!("{name} (wanted {errno})"))
         .collect();
     let got = out.lines().collect::<Vec<_>>().join(", ");
-    Observed::new(
-        r.success() && missing.is_empty(),
-        if missing.is_empty() { got } else { format!("{got}; MISSING {}; {}", missing.join(", "), r.brief()) },
-    )
+    let seen = if missing.is_empty() { got } else { format!("{got}; MISSING {}; {}", missing.join(", "), r.brief()) };
+    (missing.is_empty(), seen)
 }
 
 /// A shell attempt: `marker` must never be printed, and stderr must contain one of `why`.
@@ -604,22 +609,12 @@ fn owner_probe(s: &Scene, id: &str, body: &str, want: &[(&str, &str)]) -> Observ
     let policy = s.policy_file(&Scene::shell_policy(SHELL));
     let args = serde_json::json!({ "command": format!("exec {PYTHON} probe.py") }).to_string();
     let r = s.warden_logged(&ws, &log, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None);
-    let out = r.out();
-    let missing: Vec<String> = want
-        .iter()
-        .filter(|(name, errno)| !out.lines().any(|l| l == format!("{name} {errno}")))
-        .map(|(name, errno)| format!("{name} (wanted {errno})"))
-        .collect();
+    let (all, seen) = printed(&r, want);
     let verified = warden::audit::verify(&log).ok();
     let recorded = verified.as_ref().is_some_and(|v| v.records == 1 && v.problem.is_none() && v.torn_line.is_none());
-    let got = out.lines().collect::<Vec<_>>().join(", ");
     Observed::new(
-        r.success() && missing.is_empty() && recorded,
-        format!(
-            "{got}{}; warden answered: {}; the log verifies with the call's record: {recorded}",
-            if missing.is_empty() { String::new() } else { format!("; MISSING {}; {}", missing.join(", "), r.brief()) },
-            r.success()
-        ),
+        r.success() && all && recorded,
+        format!("{seen}; warden answered: {}; the log verifies with the call's record: {recorded}", r.success()),
     )
 }
 
