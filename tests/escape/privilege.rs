@@ -525,7 +525,7 @@ pub(crate) fn cases() -> Vec<Case> {
                      show('madvise', 440, 0, 0, 0, 0, 0)\n\
                      show('kcmp', 312, ppid, os.getpid(), 0, 0, 0)\n\
                      show('pidfd_getfd', 438, 0, 0, 0)\n\
-                     show('own_nice', 141, 0, 0, 1)\n\
+                     show('own_nice', 141, 0, 0, min(os.nice(0) + 1, 19))\n\
                      show('own_affinity', 203, 0, 128, ctypes.addressof(mask))\n\
                      show('own_ioprio', 251, 1, 0, 2 << 13)\n",
                     &[
