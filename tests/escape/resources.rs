@@ -374,6 +374,27 @@ pub(crate) fn cases() -> Vec<Case> {
              limit (no memory cgroup), bounded per file by limits.file_size (EFBIG past 64 MiB)",
             memfd,
         )),
+        c(
+            "res-oom-score/process",
+            "process",
+            "under memory pressure, have the kernel's OOM killer take warden instead of the tool: lower the tool's \
+             oom_score_adj (echo -1000 > /proc/self/oom_score_adj, /proc readable)",
+            "the tool starts at oom_score_adj 1000 (the first choice) and cannot lower it (Permission denied)",
+            |s| {
+                let ws = s.ws("oom");
+                let r = s.shell(
+                    &ws,
+                    crate::scene::SHELL_PROC,
+                    "cat /proc/self/oom_score_adj; echo -1000 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj",
+                );
+                let out = r.out();
+                let lines: Vec<&str> = out.lines().collect();
+                Observed::new(
+                    r.success() && lines == ["1000", "1000"] && r.err().contains("Permission denied"),
+                    r.brief(),
+                )
+            },
+        ),
     ]
 }
 

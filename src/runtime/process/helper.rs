@@ -11,7 +11,10 @@
 //! 4. joins the per-call cgroups (pids and memory, as root), mounts `{tmp}` as a
 //!    tmpfs of its own in a private mount namespace (as root; [`tmpfs`]), and
 //!    enters a private IPC namespace (as root);
-//! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root);
+//! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root),
+//!    and `oom_score_adj` = 1000, so that under memory pressure the kernel's OOM
+//!    killer takes the tool's processes before warden (memory a tool holds in
+//!    `memfd` files counts towards no process's size);
 //! 6. as root: locks the securebits, becomes the workspace owner when that is
 //!    not root (and asks for the parent-death signal again: a uid change clears
 //!    it), and empties every capability set;
@@ -173,9 +176,10 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         r.ipc_namespace = true;
     }
 
-    // 5. rlimits.
+    // 5. rlimits, and the OOM killer's first choice: the tool, never warden.
     limits::apply_rlimits(&spec.limits)?;
     r.rlimits = true;
+    limits::apply_oom_first()?;
 
     // 6. Privileges.
     if spec.drop_caps {

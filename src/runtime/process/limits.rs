@@ -24,6 +24,12 @@ pub fn apply_rlimits(l: &RlimitSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Makes the calling process (and what it execs and forks) the OOM killer's
+/// first choice: `oom_score_adj` = 1000, which any process may raise for itself.
+pub fn apply_oom_first() -> Result<(), String> {
+    std::fs::write("/proc/self/oom_score_adj", "1000").map_err(|e| format!("cannot set oom_score_adj: {e}"))
+}
+
 /// How many threads `uid` runs now: RLIMIT_NPROC counts every thread of the uid,
 /// not just the tool's.
 pub fn processes_of(uid: u32) -> u64 {

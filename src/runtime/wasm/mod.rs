@@ -267,16 +267,7 @@ impl ComponentRuntime {
             PluginSource::Builtin(name) if name == "fs" => (BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string()),
             PluginSource::Builtin(name) => return Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
             PluginSource::File(path) => {
-                let meta = std::fs::metadata(path)
-                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
-                if meta.len() > MAX_COMPONENT_FILE {
-                    return Err(fail(
-                        ErrorCode::LimitExceeded,
-                        format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()),
-                    ));
-                }
-                let bytes = std::fs::read(path)
-                    .map_err(|e| fail(ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+                let bytes = read_component_file(path).map_err(|(code, msg)| fail(code, msg))?;
                 let sha256 = hex::encode(Sha256::digest(&bytes));
                 (bytes.into(), sha256)
             }
@@ -557,6 +548,37 @@ impl ComponentRuntime {
     }
 }
 
+/// A plugin's file, read once from one open descriptor: a regular file of at
+/// most [`MAX_COMPONENT_FILE`] bytes. The file may sit where a tool can write
+/// (a policy kept in the workspace names `plugins/x.wasm`): a FIFO put in its
+/// place must not hang warden (opened non-blocking, then refused), nor a link
+/// to `/dev/zero` exhaust its memory (refused; and the read stops at the bound
+/// whatever the size says). The sha256 pin then judges the content.
+fn read_component_file(path: &Path) -> Result<Vec<u8>, (ErrorCode, String)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+    let meta = file.metadata().map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+    if !meta.is_file() {
+        return Err((ErrorCode::NotFound, format!("{} is not a regular file", path.display())));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_COMPONENT_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
+    if bytes.len() as u64 > MAX_COMPONENT_FILE {
+        return Err((
+            ErrorCode::LimitExceeded,
+            format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// A granted directory opened without following any symbolic link (its path is
 /// canonical: [`crate::runtime::resolve_grant`] resolved it), and the path
 /// through which wasmtime opens that very directory again: `/proc/self/fd/N`
@@ -761,6 +783,22 @@ mod tests {
     };
 
     /// The cache key and the pin of the builtin come from `build.rs`'s hash.
+    #[test]
+    fn a_plugin_file_that_is_a_fifo_or_a_device_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fifo = dir.path().join("x.wasm");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        let e = read_component_file(&fifo).err().unwrap_or_else(|| panic!("a FIFO was read"));
+        assert!(e.1.contains("not a regular file"), "{}", e.1);
+        let zero = dir.path().join("z.wasm");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap_or_else(|e| panic!("{e}"));
+        let e = read_component_file(&zero).err().unwrap_or_else(|| panic!("/dev/zero was read"));
+        assert!(e.1.contains("not a regular file"), "{}", e.1);
+        let file = dir.path().join("ok.wasm");
+        std::fs::write(&file, b"\0asm").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_component_file(&file).unwrap_or_default(), b"\0asm");
+    }
+
     #[test]
     fn the_builtin_hash_is_the_embedded_bytes_hash() {
         assert_eq!(BUILTIN_FS_SHA256, hex::encode(Sha256::digest(BUILTIN_FS)));
