@@ -131,6 +131,16 @@ pub fn run_main() -> ! {
             }
             std::process::exit(0)
         }
+        "prlimit" => {
+            let parent = nix::unistd::getppid().as_raw();
+            let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: prlimit64 reads one rlimit struct from a valid pointer and writes nothing (old is NULL).
+            let r = unsafe { libc::syscall(libc::SYS_prlimit64, parent, libc::RLIMIT_FSIZE, &zero, 0usize) };
+            if r == 0 {
+                report(true, format!("set RLIMIT_FSIZE = 0 on warden (pid {parent})"));
+            }
+            report(false, errno())
+        }
         other => report(false, format!("unknown probe case {other:?}")),
     }
 }

@@ -79,8 +79,11 @@ impl Scene {
     }
 
     fn walls(&self, extra_read: &[PathBuf], timeout: Duration) -> Walls {
+        // Resolved as a call's grants are (canonical; the helper follows no link).
+        let writable = [self.ws.clone()];
+        let resolve = |p: &PathBuf| crate::runtime::resolve_grant("self-test", p, &writable).ok().flatten();
         let mut dirs = vec![(self.ws.clone(), true)];
-        dirs.extend(extra_read.iter().filter(|p| p.exists()).map(|p| (p.clone(), false)));
+        dirs.extend(extra_read.iter().filter_map(resolve).map(|p| (p, false)));
         Walls {
             dirs,
             env: Vec::new(),
@@ -155,6 +158,12 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         ),
         ("namespace creation", vec!["userns".into()], "unshare(CLONE_NEWUSER) is refused", Duration::from_secs(10)),
         ("ptrace", vec!["ptrace".into()], "PTRACE_ATTACH to warden is refused", Duration::from_secs(10)),
+        (
+            "rlimits of warden",
+            vec!["prlimit".into()],
+            "prlimit64(warden, RLIMIT_FSIZE = 0) is refused",
+            Duration::from_secs(10),
+        ),
         ("io_uring", vec!["io_uring".into()], "io_uring_setup is refused", Duration::from_secs(10)),
         ("fork bomb", vec!["fork".into(), "10000".into()], "fork fails at limits.processes", Duration::from_secs(10)),
         (
