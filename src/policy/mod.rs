@@ -131,6 +131,13 @@ impl Policy {
             .filter(|p| !compile::SYSTEM_WRITE.iter().any(|s| p == Path::new(s)))
             .collect();
         roots.push(self.workspace.clone());
+        // Compared against canonical paths: a root spelled through a link (`{home}`
+        // under `/home` -> `var/home`) is judged where it really lies.
+        for root in &mut roots {
+            if let Ok(real) = root.canonicalize() {
+                *root = real;
+            }
+        }
         roots.sort();
         roots.dedup();
         roots

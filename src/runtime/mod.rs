@@ -191,40 +191,77 @@ impl Walls {
 /// not exist. A grant is resolved again at every call, and a tool that may
 /// write where the path leads could have replaced a directory of it with a
 /// symbolic link since the last one (`{workspace}/sub` -> `/etc`), widening
-/// this call's grant to the link's target. So a path that passes through a
-/// symbolic link lying inside a `writable` place (strictly inside: a writable
-/// root itself cannot be replaced from within) is refused. Links elsewhere
-/// (`/bin` -> `usr/bin`, an administrator's `/home` -> `/data/home`) are
-/// followed. The runtimes open the canonical path without following any link
-/// (`openat2` with `RESOLVE_NO_SYMLINKS`), so a link planted after this check
-/// fails the call instead of being followed.
+/// this call's grant to the link's target. So the path is walked one component
+/// at a time and every symbolic link met, one hop at a time (the links inside
+/// a link's target included), is judged where it lies: one strictly inside a
+/// `writable` place (canonical paths: [`crate::Policy::writable_roots`]; a
+/// writable root itself cannot be replaced from within) is refused. Links
+/// elsewhere (`/bin` -> `usr/bin`, an administrator's `/home` -> `/data/home`)
+/// are followed. The runtimes open the canonical result without following any
+/// link (`openat2` with `RESOLVE_NO_SYMLINKS`), so a link planted after this
+/// check fails the call instead of being followed.
 pub fn resolve_grant(tool: &str, path: &Path, writable: &[PathBuf]) -> Result<Option<PathBuf>, CallError> {
-    let mut at = PathBuf::new();
-    for part in path.components() {
-        at.push(part);
-        let Ok(meta) = fs::symlink_metadata(&at) else { return Ok(None) };
-        if !meta.file_type().is_symlink() {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    /// Links followed at most, as the kernel's own limit (`ELOOP`).
+    const MAX_HOPS: usize = 40;
+    fn parts(p: &Path) -> VecDeque<std::ffi::OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::RootDir => Some("/".into()),
+                Component::ParentDir => Some("..".into()),
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::CurDir | Component::Prefix(_) => None,
+            })
+            .collect()
+    }
+    let mut pending = parts(path);
+    // `at` never holds a symbolic link: each component was checked when added.
+    let mut at = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(part) = pending.pop_front() {
+        if part == "/" {
+            at = PathBuf::from("/");
             continue;
         }
-        if let Some(root) = writable.iter().find(|w| at != **w && at.starts_with(w)) {
-            let target = fs::read_link(&at).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+        if part == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&part);
+        let Ok(meta) = fs::symlink_metadata(&next) else { return Ok(None) };
+        if !meta.file_type().is_symlink() {
+            at = next;
+            continue;
+        }
+        let target = fs::read_link(&next).map_err(|e| {
+            CallError::new(ErrorCode::Internal, format!("{tool}: cannot read the link {}: {e}", next.display()))
+        })?;
+        if let Some(root) = writable.iter().find(|w| next != **w && next.starts_with(w)) {
             return Err(CallError::new(
                 ErrorCode::PermissionDenied,
                 format!(
-                    "{tool}: the granted path {} passes through the symbolic link {} (-> {target}), inside {}, \
+                    "{tool}: the granted path {} passes through the symbolic link {} (-> {}), inside {}, \
                      where a tool may write: a tool could have planted it to widen this grant, so the call does \
                      not run; remove the link, or grant its target directly in fs.read/fs.write",
                     path.display(),
-                    at.display(),
+                    next.display(),
+                    target.display(),
                     root.display()
                 ),
             ));
         }
-        // Go on from where the link leads: a link further down is judged where it really lies.
-        match fs::canonicalize(&at) {
-            Ok(real) => at = real,
-            Err(_) => return Ok(None),
+        hops += 1;
+        if hops > MAX_HOPS {
+            return Err(CallError::new(
+                ErrorCode::PermissionDenied,
+                format!("{tool}: the granted path {} goes through more than {MAX_HOPS} links", path.display()),
+            ));
         }
+        // Go on from where the link leads, its own components judged in turn.
+        let mut rest = parts(&target);
+        rest.extend(pending.drain(..));
+        pending = rest;
     }
     Ok(Some(at))
 }

@@ -617,6 +617,81 @@ pub(crate) fn cases() -> Vec<Case> {
             "PERMISSION_DENIED naming the planted link; the secret never appears",
             |s| grant_swap(s, "read_file", "builtin"),
         ),
+        c(
+            "fs-grant-swap-home/process",
+            "process",
+            "the same plant where the writable grant is spelled through a symbolic link ($HOME -> realhome, \
+             fs.write = {home}/data): the link planted in {home}/data/sub, then read by a tool granted {home}/data/sub",
+            "PERMISSION_DENIED naming the planted link (writable places are compared canonically); the secret never \
+             appears",
+            |s| {
+                let real = s.side_dir("realhome");
+                let link = s.side_dir("homelinks").join("home");
+                std::os::unix::fs::symlink(&real, &link).unwrap();
+                std::fs::create_dir_all(real.join("data/sub")).unwrap();
+                let ws = s.ws("grant-swap-home");
+                let policy = s.policy_file(
+                    "version = 1\n[tools.writer]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+                     fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\", \"{home}/data\"]\n\
+                     [tools.reader]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+                     fs.read = [\"{system}\", \"{home}/data/sub\"]\n",
+                );
+                let call = |tool: &str, command: String| {
+                    let mut c = std::process::Command::new(crate::scene::WARDEN);
+                    c.current_dir(&ws)
+                        .args(["--audit-log"])
+                        .arg(s.base.join("logs").join("grant-swap-home.jsonl"))
+                        .arg("--policy")
+                        .arg(&policy)
+                        .args(["call", tool, &json!({ "command": command }).to_string()])
+                        .env("HOME", &link)
+                        .env("WARDEN_CACHE_DIR", crate::scene::cache_dir())
+                        .env_remove("XDG_CACHE_HOME")
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped());
+                    crate::scene::run_bounded(c, None)
+                };
+                let sub = link.join("data/sub");
+                let planted = call(
+                    "writer",
+                    format!("rm -rf {0} && ln -s {1} {0} && echo planted", sub.display(), s.outside.display()),
+                );
+                if !planted.out().contains("planted") {
+                    return Observed::new(false, format!("the link could not be planted: {}", planted.brief()));
+                }
+                let r = call("reader", format!("cat {}", s.secret_file.display()));
+                let refused = r.error_code() == "PERMISSION_DENIED" && r.error_message().contains("symbolic link");
+                Observed::new(refused && !s.leaks(&r.all()), r.brief())
+            },
+        ),
+        c(
+            "fs-grant-swap-alias/process",
+            "process",
+            "an administrator's link outside every writable place (/…/alias -> {workspace}/sub) is granted; the tool \
+             replaces {workspace}/sub with a link to the secret's directory and reads through the alias",
+            "PERMISSION_DENIED: each link of the chain is judged where it lies, one hop at a time; the secret never \
+             appears",
+            |s| {
+                let ws = s.ws("grant-swap-alias");
+                std::fs::create_dir(ws.join("sub")).unwrap();
+                let alias = s.side_dir("aliases").join("alias");
+                std::os::unix::fs::symlink(ws.join("sub"), &alias).unwrap();
+                let tool = Tool {
+                    read: Box::leak(Box::new([Box::leak(alias.display().to_string().into_boxed_str()) as &str])),
+                    net: &[],
+                    limits: "timeout = \"20s\"",
+                };
+                let planted =
+                    s.shell(&ws, tool, &format!("rm -rf sub && ln -s {} sub && echo planted", s.outside.display()));
+                if !planted.out().contains("planted") {
+                    return Observed::new(false, format!("the link could not be planted: {}", planted.brief()));
+                }
+                let r = s.shell(&ws, tool, &format!("cat {}", s.secret_file.display()));
+                let refused = r.error_code() == "PERMISSION_DENIED" && r.error_message().contains("symbolic link");
+                Observed::new(refused && !s.leaks(&r.all()), r.brief())
+            },
+        ),
     ]
 }
 

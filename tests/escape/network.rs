@@ -580,5 +580,29 @@ pub(crate) fn cases() -> Vec<Case> {
                 Observed::new(o.contained, o.observed)
             },
         ),
+        c(
+            "net-bind-udp-granted/process",
+            "process",
+            "with a grant that names a host (UDP admitted for DNS): bind a UDP port, and a socketpair end to an \
+             abstract name (squatting a name or a port a host daemon uses)",
+            "bind() refused with EPERM for both (seccomp: nothing binds); nothing arrives",
+            |s| {
+                let a = Tcp::new();
+                let net: &'static str = Box::leak(format!("localhost:{}", a.port()).into_boxed_str());
+                let tool = Tool { read: &[], net: Box::leak(Box::new([net])), limits: "timeout = \"20s\"" };
+                let name = format!("warden-escape-udp-squat-{}", std::process::id());
+                let r = probe(
+                    s,
+                    "bind-udp",
+                    tool,
+                    &format!(
+                        "attempt('bind_udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind(('127.0.0.1', 0)))\n\
+                         a, b = socket.socketpair()\n\
+                         attempt('bind_abstract', lambda: a.bind(b'\\0{name}'))\n"
+                    ),
+                );
+                judged(&r, "EPERM", 2, a.arrived())
+            },
+        ),
     ]
 }

@@ -44,7 +44,8 @@
 //!   `F_SETOWN`/`F_SETOWN_EX` and `ioctl` `FIOSETOWN`/`SIOCSPGRP` (the kernel
 //!   would signal a chosen process when a descriptor is ready), datagram
 //!   `socketpair`s (either end can `sendto` any unix datagram socket by path),
-//!   `bind` when UDP is not admitted, `SO_REUSEPORT`, and `fanotify_init`.
+//!   `bind` (a socket never needs a name of its own here), `SO_REUSEPORT`, and
+//!   `fanotify_init`.
 //! * `EPERM` for `inotify_init`/`inotify_init1` unless the tool sets
 //!   `inotify = true`: Landlock does not check the path of a watch, so a tool
 //!   could learn the names of what others create or open in any directory its
@@ -328,11 +329,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
             rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?,
         ],
     );
-    // bind: Landlock allows TCP on no port; without UDP nothing may bind at all
-    // (a socketpair end could take an abstract name a host daemon binds later).
-    if !udp {
-        eperm.insert(libc::SYS_bind, vec![]);
-    }
+    // bind: Landlock allows TCP on no port, and nothing else may bind either: a
+    // socketpair end could take an abstract name a host daemon binds later, and
+    // a UDP socket (beside a grant that names a host) a port. A UDP client needs
+    // no explicit bind (the kernel picks a port at the first send).
+    eperm.insert(libc::SYS_bind, vec![]);
 
     // Signals to the host. pid_t is 32 bits: compare the low half, two's complement.
     let host = u64::from(target.host_pid);
