@@ -613,7 +613,8 @@ fn list(catalog: &Catalog, as_json: bool) {
                     "runtime": e.spec.runtime(),
                     "plugin": e.spec.plugin(),
                     "available": e.state.is_ok(),
-                    "grants": {"read": read, "write": write, "net": net},
+                    "grants": {"read": read, "write": write, "net": net,
+                               "sysv_ipc": e.spec.grants.sysv_ipc, "inotify": e.spec.grants.inotify},
                     "limits": {
                         "timeout": format_duration(e.spec.limits.timeout),
                         "memory": format_size(e.spec.limits.memory),
@@ -635,11 +636,7 @@ fn list(catalog: &Catalog, as_json: bool) {
     }
     println!("{:<18} {:<8} {:<34} DESCRIPTION", "TOOL", "TIER", "GRANTS");
     for e in catalog.visible() {
-        let (read, write, net) = e.spec.grants_text(true);
-        let mut grants = Vec::new();
-        grants.extend(read.iter().map(|p| format!("read {p}")));
-        grants.extend(write.iter().map(|p| format!("write {p}")));
-        grants.extend(net.iter().map(|n| format!("net {n}")));
+        let grants = e.spec.grant_words(true);
         let grants = if grants.is_empty() { "none".to_string() } else { grants.join(", ") };
         let description = match &e.state {
             Ok(r) => r.description.clone(),
@@ -658,11 +655,7 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
     println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
     let mut broken = 0;
     for e in catalog.entries() {
-        let (read, write, net) = e.spec.grants_text(true);
-        let mut grants = Vec::new();
-        grants.extend(read.iter().map(|p| format!("read {p}")));
-        grants.extend(write.iter().map(|p| format!("write {p}")));
-        grants.extend(net.iter().map(|n| format!("net {n}")));
+        let grants = e.spec.grant_words(true);
         println!(
             "{:<18} {:<8} {:<9} {:<7} {:<40} {}",
             e.spec.name,

@@ -579,6 +579,21 @@ impl ToolSpec {
         (read, write, net)
     }
 
+    /// Every grant in a word or two (`read P`, `write P`, `net H:P`, `sysv_ipc`,
+    /// `inotify`), for listings; `short` as in [`ToolSpec::grants_text`].
+    pub fn grant_words(&self, short: bool) -> Vec<String> {
+        let (read, write, net) = self.grants_text(short);
+        let mut words: Vec<String> = read.iter().map(|p| format!("read {p}")).collect();
+        words.extend(write.iter().map(|p| format!("write {p}")));
+        words.extend(net.iter().map(|n| format!("net {n}")));
+        for (set, word) in [(self.grants.sysv_ipc, "sysv_ipc"), (self.grants.inotify, "inotify")] {
+            if set {
+                words.push(word.into());
+            }
+        }
+        words
+    }
+
     /// The plugin's name, for component tools.
     pub fn plugin(&self) -> Option<&str> {
         match &self.runner {
