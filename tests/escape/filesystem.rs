@@ -612,7 +612,7 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         c(
             "fs-grant-swap/builtin",
-            "builtin",
+            "component",
             "the same planted link, then read_file (fs.read = {workspace}/sub) of sub/secret.txt",
             "PERMISSION_DENIED naming the planted link; the secret never appears",
             |s| grant_swap(s, "read_file", "builtin"),
