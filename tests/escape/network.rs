@@ -534,9 +534,10 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "net-unix-dgram-pair/process",
             "process",
-            "a datagram socketpair (no grant needed), then sendto a host daemon's pathname datagram socket from one \
-             end (a stream pair cannot: it is connected to itself)",
-            "socketpair(AF_UNIX, SOCK_DGRAM) refused with EPERM (seccomp); nothing arrives at the daemon",
+            "a datagram socketpair (no grant needed; SOCK_DGRAM, and SOCK_RAW, which AF_UNIX turns into a datagram \
+             pair), then sendto a host daemon's pathname datagram socket from one end (a stream pair cannot: it is \
+             connected to itself)",
+            "socketpair(AF_UNIX, SOCK_DGRAM | SOCK_RAW) refused with EPERM (seccomp); nothing arrives at the daemon",
             |s| {
                 let path = s.side_dir("dgram").join("daemon.sock");
                 let d = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
@@ -547,8 +548,10 @@ pub(crate) fn cases() -> Vec<Case> {
                     SHELL,
                     &format!(
                         "attempt('dgram_pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b'x', {:?}))\n\
+                         attempt('raw_pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW)[0].sendto(b'x', {:?}))\n\
                          a, b = socket.socketpair()\n\
                          attempt('stream_pair_sendto', lambda: a.sendto(b'x', {:?}))\n",
+                        path.display().to_string(),
                         path.display().to_string(),
                         path.display().to_string()
                     ),
@@ -559,7 +562,10 @@ pub(crate) fn cases() -> Vec<Case> {
                 }
                 // A stream pair ignores the destination (the datagram goes to its peer), which is harmless.
                 let out = r.out();
-                let ok = r.success() && out.contains("dgram_pair refused EPERM") && arrived == 0;
+                let ok = r.success()
+                    && out.contains("dgram_pair refused EPERM")
+                    && out.contains("raw_pair refused EPERM")
+                    && arrived == 0;
                 Observed::new(ok, format!("{}; arrived at the daemon: {arrived}", r.brief()))
             },
         ),

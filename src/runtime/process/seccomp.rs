@@ -321,12 +321,14 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     eperm.insert(libc::SYS_socket, socket_rules);
     // socketpair only makes AF_UNIX pairs; refuse anything else for clarity. A
     // datagram pair is refused too: either end may still `sendto` (or
-    // `connect` again) any unix datagram socket the uid can write, by path.
+    // `connect` again) any unix datagram socket the uid can write, by path; and
+    // so is `SOCK_RAW`, which `AF_UNIX` quietly turns into `SOCK_DGRAM`.
     eperm.insert(
         libc::SYS_socketpair,
         vec![
             rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?,
             rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?,
+            rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?])?,
         ],
     );
     // bind: Landlock allows TCP on no port, and nothing else may bind either: a
