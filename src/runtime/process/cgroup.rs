@@ -32,6 +32,13 @@ pub struct CallCgroup {
     pub version: &'static str,
 }
 
+/// warden's own cgroup in the v1 `memory` hierarchy, from `/proc/self/cgroup`;
+/// read once per process (it does not change), not at every call.
+fn own_v1_memory_path() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| own_v1_path("memory").unwrap_or_default())
+}
+
 /// warden's own cgroup in the v1 hierarchy that holds `controller`, from `/proc/self/cgroup`.
 fn own_v1_path(controller: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
@@ -89,7 +96,7 @@ impl CallCgroup {
         if !root.join("cgroup.procs").exists() {
             return None;
         }
-        let dir = root.join(own_v1_path("memory").unwrap_or_default()).join(name);
+        let dir = root.join(own_v1_memory_path()).join(name);
         std::fs::create_dir(&dir).ok()?;
         let limited = write(&dir, "memory.limit_in_bytes", memory_max)
             && if dir.join("memory.memsw.limit_in_bytes").exists() {

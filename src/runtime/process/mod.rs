@@ -537,12 +537,8 @@ impl ProcessRuntime {
     /// The sandbox as the helper's `report` confirmed it.
     fn confirmed(&self, walls: &Walls, report: &HelperReport, memory_cgroup: bool) -> SandboxReport {
         let mut confirmed = self.report(walls);
-        confirmed.memory = Some(if memory_cgroup { "cgroup" } else { "rlimit" });
-        confirmed.ipc = Some(match (report.ipc_namespace, walls.sysv_ipc) {
-            (true, _) => "namespace",
-            (false, true) => "shared",
-            (false, false) => "refused",
-        });
+        confirmed.memory = Some(memory_bound(memory_cgroup));
+        confirmed.ipc = Some(ipc_kind(report.ipc_namespace, walls.sysv_ipc));
         confirmed.landlock_abi = Some(report.landlock_abi);
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
@@ -576,13 +572,23 @@ impl ProcessRuntime {
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
             tmp_quota: walls.has_tmp.then_some(self.support.root),
-            memory: Some(if self.support.root { "cgroup" } else { "rlimit" }),
-            ipc: Some(match (self.support.root, walls.sysv_ipc) {
-                (true, _) => "namespace",
-                (false, true) => "shared",
-                (false, false) => "refused",
-            }),
+            memory: Some(memory_bound(self.support.root)),
+            ipc: Some(ipc_kind(self.support.root, walls.sysv_ipc)),
         }
+    }
+}
+
+/// What bounds the memory a call holds, for [`SandboxReport::memory`].
+fn memory_bound(cgroup: bool) -> &'static str {
+    if cgroup { "cgroup" } else { "rlimit" }
+}
+
+/// How a call reaches SysV IPC and message queues, for [`SandboxReport::ipc`].
+fn ipc_kind(namespace: bool, sysv_ipc: bool) -> &'static str {
+    match (namespace, sysv_ipc) {
+        (true, _) => "namespace",
+        (false, true) => "shared",
+        (false, false) => "refused",
     }
 }
 
