@@ -6,6 +6,7 @@
 //! Nothing here decides whether a call may run; the executor did that already.
 
 pub mod process;
+pub mod protect;
 pub mod server;
 pub mod wasm;
 
@@ -88,6 +89,18 @@ pub struct SandboxReport {
     /// `refused` (seccomp), or `shared` (`sysv_ipc = true` without a namespace) (processes only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ipc: Option<&'static str>,
+    /// What enforces the protected and denied paths (`fs.deny_read`,
+    /// `fs.deny_write`, the built-in protected list): `mount-namespace`,
+    /// `wasi-host`, or `none` (best-effort mode where no layer could).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths: Option<&'static str>,
+    /// The namespaces the call had of its own (`user`, `mount`, `pid`, `ipc`)
+    /// (processes only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<&'static str>,
+    /// `/proc`: `private` (the call's pid namespace) or `host` (processes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proc: Option<&'static str>,
 }
 
 /// What a tool returned.
@@ -120,6 +133,8 @@ pub struct Walls {
     pub sysv_ipc: bool,
     /// inotify watches admitted.
     pub inotify: bool,
+    /// Protected and denied paths inside the grants.
+    pub protect: protect::Protection,
 }
 
 impl Walls {
@@ -177,6 +192,7 @@ impl Walls {
             has_tmp: tmp.is_some(),
             sysv_ipc: g.sysv_ipc,
             inotify: g.inotify,
+            protect: protect::Protection::default(),
         };
         Ok((walls, tmp))
     }

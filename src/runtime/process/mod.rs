@@ -574,6 +574,9 @@ impl ProcessRuntime {
             tmp_quota: walls.has_tmp.then_some(self.support.root),
             memory: Some(memory_bound(self.support.root)),
             ipc: Some(ipc_kind(self.support.root, walls.sysv_ipc)),
+            paths: None,
+            namespaces: Vec::new(),
+            proc: None,
         }
     }
 }

@@ -329,6 +329,7 @@ impl ComponentRuntime {
             has_tmp: false,
             sysv_ipc: false,
             inotify: false,
+            protect: Default::default(),
         };
         let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
         let tools = pre
@@ -544,6 +545,9 @@ impl ComponentRuntime {
             tmp_quota: None,
             memory: None,
             ipc: None,
+            paths: (!walls.protect.is_empty()).then_some("wasi-host"),
+            namespaces: Vec::new(),
+            proc: None,
         }
     }
 }
@@ -850,6 +854,7 @@ mod tests {
             has_tmp: false,
             sysv_ipc: false,
             inotify: false,
+            protect: Default::default(),
         }
     }
 
