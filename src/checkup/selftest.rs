@@ -93,6 +93,7 @@ impl Scene {
             has_tmp: false,
             sysv_ipc: false,
             inotify: false,
+            system: false,
             protect: Default::default(),
         }
     }

@@ -489,9 +489,11 @@ fn compile_tool(
     let limits = tool_limits(c, name, &t.limits, defaults, process);
 
     let mut paths: Vec<PathGrant> = Vec::new();
+    let mut system = false;
     for (list, write) in [(&t.fs.read, false), (&t.fs.write, true)] {
         for entry in list {
             let expanded: Vec<(GrantPath, bool)> = if entry.get_ref().trim() == "{system}" {
+                system = process;
                 if !process {
                     c.problem(
                         entry.span(),
@@ -573,7 +575,7 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify },
+        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify, system },
         limits,
         rules,
         location: c.location(span),

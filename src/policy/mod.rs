@@ -280,6 +280,9 @@ pub struct Grants {
     pub sysv_ipc: bool,
     /// inotify watches admitted (`inotify = true`; process tools and servers).
     pub inotify: bool,
+    /// `{system}` is granted: with a pid namespace of its own the call also
+    /// reads its private `/proc` and writes its private `/dev/shm`.
+    pub system: bool,
 }
 
 impl Grants {

@@ -133,6 +133,9 @@ pub struct Walls {
     pub sysv_ipc: bool,
     /// inotify watches admitted.
     pub inotify: bool,
+    /// `{system}` is granted (a private `/proc` and `/dev/shm` go with it where
+    /// the call has namespaces of its own).
+    pub system: bool,
     /// Protected and denied paths inside the grants.
     pub protect: protect::Protection,
 }
@@ -192,6 +195,7 @@ impl Walls {
             has_tmp: tmp.is_some(),
             sysv_ipc: g.sysv_ipc,
             inotify: g.inotify,
+            system: g.system,
             protect: protect::Protection::default(),
         };
         Ok((walls, tmp))

@@ -329,6 +329,7 @@ impl ComponentRuntime {
             has_tmp: false,
             sysv_ipc: false,
             inotify: false,
+            system: false,
             protect: Default::default(),
         };
         let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
@@ -854,6 +855,7 @@ mod tests {
             has_tmp: false,
             sysv_ipc: false,
             inotify: false,
+            system: false,
             protect: Default::default(),
         }
     }
