@@ -23,6 +23,7 @@ mod filesystem;
 mod hostside;
 mod itself;
 mod network;
+mod persistence;
 mod policy;
 mod privilege;
 mod resources;
@@ -42,7 +43,7 @@ pub(crate) use scene::Scene;
 pub(crate) struct Case {
     /// A stable name: `CLASS-short.attack/RUNTIME`.
     pub id: &'static str,
-    /// filesystem, network, privilege, resources, components or policy.
+    /// filesystem, network, privilege, resources, components, policy, hostside, warden or persistence.
     pub class: &'static str,
     /// `process`, `component` or `policy`.
     pub runtime: &'static str,
@@ -112,6 +113,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(policy::cases());
     v.extend(hostside::cases());
     v.extend(itself::cases());
+    v.extend(persistence::cases());
     v
 }
 
