@@ -80,6 +80,23 @@ pub fn escapes(cases: &[selftest::Case], file: &str) -> Vec<Finding> {
         .collect()
 }
 
+/// Why this host gives process calls no namespaces of their own (and so no
+/// mount masks for protected and denied paths), or `None` when it does.
+pub fn namespace_refusal() -> Option<String> {
+    crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+}
+
+/// What enforces a tool's protected and denied paths on this host.
+pub fn paths_mechanism(spec: &crate::policy::ToolSpec) -> String {
+    match &spec.runner {
+        Runner::Plugin(_) | Runner::Command(_) => "refused by warden's WASI host".into(),
+        Runner::Process(_) | Runner::Server(_) => match namespace_refusal() {
+            None => "read-only binds and masks in the call's mount namespace".into(),
+            Some(why) => format!("NOT ENFORCEABLE here: {why}"),
+        },
+    }
+}
+
 /// The layers each visible tool of `policy` gets on `host`.
 pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec<ToolLayers> {
     let enforce = policy.mode == SandboxMode::Enforce;
@@ -141,6 +158,20 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                         }
                         .into(),
                     );
+                    match crate::runtime::protect::preview(&e.spec) {
+                        Ok(p) if p.is_empty() => {}
+                        Ok(p) => match namespace_refusal() {
+                            None => layers.push(format!(
+                                "protected and denied paths ({}): read-only binds and masks in a mount namespace",
+                                p.rules.len()
+                                    + p.patterns.iter().filter(|x| !p.rules.iter().any(|r| r.why == x.why)).count()
+                            )),
+                            Some(why) => {
+                                missing.push(format!("a mount namespace for its protected and denied paths ({why})"))
+                            }
+                        },
+                        Err(why) => missing.push(format!("its protected and denied paths: {why}")),
+                    }
                     if !e.spec.grants.net.is_empty() {
                         let names = e.spec.grants.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err());
                         layers.push(
@@ -161,6 +192,9 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                         "memory limiter".into(),
                         "epoch deadline".into(),
                     ];
+                    if !e.spec.grants.deny.is_empty() || e.spec.grants.writes() {
+                        layers.push("protected and denied paths refused by warden's WASI host".into());
+                    }
                     layers.push(if e.spec.grants.net.is_empty() {
                         "no sockets".into()
                     } else {

@@ -665,6 +665,17 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
             if grants.is_empty() { "none".to_string() } else { grants.join(", ") },
             e.spec.rules.len()
         );
+        if e.spec.tier != Tier::Deny {
+            let mechanism = crate::checkup::paths_mechanism(&e.spec);
+            match crate::runtime::protect::preview(&e.spec) {
+                Ok(p) => {
+                    for line in p.summary() {
+                        println!("  {line} [{mechanism}]");
+                    }
+                }
+                Err(why) => println!("  protected and denied paths: {why}"),
+            }
+        }
         if let Err(err) = &e.state
             && e.spec.tier != Tier::Deny
         {

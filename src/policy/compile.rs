@@ -11,9 +11,9 @@ use toml::Spanned;
 use super::schema::{RawLimits, RawPolicy, RawRule, RawTool};
 use super::{
     ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES,
-    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, ExecSpec, GrantPath, Grants, Limits,
-    MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginKind, PluginSource, PluginSpec, Policy, PolicyError, Problem,
-    Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
+    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, DenyEntry, ExecSpec, GrantPath, Grants,
+    Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginKind, PluginSource, PluginSpec, Policy, PolicyError,
+    Problem, Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
 };
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
@@ -568,6 +568,8 @@ fn compile_tool(
     let sysv_ipc = process_flag("sysv_ipc", &t.sysv_ipc);
     let inotify = process_flag("inotify", &t.inotify);
 
+    let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
+
     let rules = compile_rules(c, name, &t.rule);
 
     Some(ToolSpec {
@@ -575,11 +577,131 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify, system },
+        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify, system, deny, unprotect },
         limits,
         rules,
         location: c.location(span),
     })
+}
+
+/// Checks `fs.deny_read`, `fs.deny_write` and `fs.unprotect`: each must lie
+/// inside a grant of the tool (`fs.unprotect`: a write grant), since an entry
+/// outside every grant would change nothing and must not look as if it did.
+fn compile_deny(
+    c: &mut Checker<'_>,
+    name: &str,
+    fs: &super::schema::RawFs,
+    grants: &[PathGrant],
+    ctx: &Context,
+) -> (Vec<DenyEntry>, Vec<PathBuf>) {
+    /// The part of a pattern before its first glob component.
+    fn fixed_prefix(p: &GrantPath) -> GrantPath {
+        match p {
+            GrantPath::Fixed(path) => GrantPath::Fixed(
+                path.components().take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?'])).collect(),
+            ),
+            GrantPath::Tmp(rel) => GrantPath::Tmp(
+                rel.components().take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?'])).collect(),
+            ),
+        }
+    }
+    fn under(inner: &GrantPath, outer: &GrantPath) -> bool {
+        match (inner, outer) {
+            (GrantPath::Fixed(i), GrantPath::Fixed(o)) => i.starts_with(o),
+            (GrantPath::Tmp(i), GrantPath::Tmp(o)) => i.starts_with(o),
+            _ => false,
+        }
+    }
+    let mut deny = Vec::new();
+    for (list, read, key) in [(&fs.deny_read, true, "fs.deny_read"), (&fs.deny_write, false, "fs.deny_write")] {
+        for entry in list {
+            if entry.get_ref().contains("{system}") {
+                c.problem(entry.span(), format!("tool {name}: {key}: {{system}} is a grant; name the paths to deny"));
+                continue;
+            }
+            let Some(path) = expand_pattern(c, name, key, entry, ctx) else { continue };
+            let prefix = fixed_prefix(&path);
+            // Inside a grant, or a pattern whose fixed part contains one (`/**/.env`).
+            let reachable =
+                grants.iter().any(|g| (read || g.write) && (under(&prefix, &g.path) || under(&g.path, &prefix)));
+            if !reachable {
+                let what = if read { "fs.read or fs.write grant" } else { "fs.write grant" };
+                c.problem(
+                    entry.span(),
+                    format!(
+                        "tool {name}: {key} {:?} is inside no {what} of this tool, so it changes nothing; \
+                         remove it, or correct the path",
+                        entry.get_ref()
+                    ),
+                );
+                continue;
+            }
+            deny.push(DenyEntry { path, read });
+        }
+    }
+    let mut unprotect = Vec::new();
+    for entry in &fs.unprotect {
+        let Some(path) = expand_pattern(c, name, "fs.unprotect", entry, ctx) else { continue };
+        match &path {
+            GrantPath::Fixed(p) if !crate::runtime::protect::is_glob(&p.to_string_lossy()) => {
+                if grants.iter().any(|g| g.write && under(&path, &g.path)) {
+                    unprotect.push(p.clone());
+                } else {
+                    c.problem(
+                        entry.span(),
+                        format!(
+                            "tool {name}: fs.unprotect {:?} is inside no fs.write grant of this tool, where \
+                             nothing is protected; remove it",
+                            entry.get_ref()
+                        ),
+                    );
+                }
+            }
+            _ => c.problem(
+                entry.span(),
+                format!(
+                    "tool {name}: fs.unprotect {:?}: name one protected path (no globs, not under {{tmp}}), \
+                     for example \"{{workspace}}/.vscode\"",
+                    entry.get_ref()
+                ),
+            ),
+        }
+    }
+    (deny, unprotect)
+}
+
+/// Expands one `fs.deny_*`/`fs.unprotect` entry: a grant path in which `*`, `?`
+/// and `**` components may appear.
+fn expand_pattern(
+    c: &mut Checker<'_>,
+    name: &str,
+    key: &str,
+    entry: &Spanned<String>,
+    ctx: &Context,
+) -> Option<GrantPath> {
+    let raw = entry.get_ref();
+    if raw.contains(['[', ']', '{']) && !raw.starts_with('{') || raw.matches('{').count() > 1 {
+        c.problem(
+            entry.span(),
+            format!(
+                "tool {name}: {key} {raw:?}: one placeholder, at the start; `*`, `?` and `**` are the only wildcards"
+            ),
+        );
+        return None;
+    }
+    if raw.split('/').any(|part| part.contains("**") && part != "**") {
+        c.problem(
+            entry.span(),
+            format!("tool {name}: {key} {raw:?}: `**` must be a whole path component (`{{workspace}}/**/*.pem`)"),
+        );
+        return None;
+    }
+    let before = c.problems.len();
+    let path = expand_path(c, name, entry, ctx);
+    for p in &mut c.problems[before..] {
+        p.message = p.message.replacen("path ", &format!("{key} "), 1);
+    }
+    path
 }
 
 /// Checks `[[tools.NAME.rule]]` entries.

@@ -227,6 +227,18 @@ pub const RULES: &[LintRule] = &[
         security_severity: "4.0",
     },
     LintRule {
+        id: "WL116",
+        name: "protected-path-released",
+        severity: Severity::Warning,
+        short: "A tool may write a path that runs on the host",
+        full: "`fs.unprotect` releases one of warden's built-in protected paths (`.git/hooks`, `.git/config`, \
+               `.envrc`, `.vscode`, `.mcp.json`, shell start-up files, …) for this tool: what it writes there runs \
+               outside the sandbox, as the user, the next time git, the shell, the editor or an agent reads it.",
+        help: "Remove the entry unless this tool's job is to edit that file; review what it wrote before you run git, \
+               open the folder or start an agent there.",
+        security_severity: "6.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -550,6 +562,16 @@ fn lint_tool(
             "WL115",
             v.span(),
             format!("tool {name}: inotify = true lets the tool watch any directory its uid can read"),
+        );
+    }
+    for entry in &t.fs.unprotect {
+        l.add(
+            "WL116",
+            entry.span(),
+            format!(
+                "tool {name}: fs.unprotect {:?} lets the tool write what runs on the host outside the sandbox",
+                entry.get_ref()
+            ),
         );
     }
     if let Some(v) = t.sysv_ipc.as_ref().filter(|v| *v.get_ref()) {

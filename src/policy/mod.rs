@@ -283,6 +283,19 @@ pub struct Grants {
     /// `{system}` is granted: with a pid namespace of its own the call also
     /// reads its private `/proc` and writes its private `/dev/shm`.
     pub system: bool,
+    /// `fs.deny_read` and `fs.deny_write`: paths (and `*`/`**` globs) inside the grants.
+    pub deny: Vec<DenyEntry>,
+    /// `fs.unprotect`: built-in protected paths this tool may write after all.
+    pub unprotect: Vec<PathBuf>,
+}
+
+/// One `fs.deny_read` or `fs.deny_write` entry, placeholders expanded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyEntry {
+    /// The path or pattern (`*` within a component, `**` any number of components).
+    pub path: GrantPath,
+    /// `fs.deny_read` (no read, write or listing); otherwise `fs.deny_write` (read-only).
+    pub read: bool,
 }
 
 impl Grants {

@@ -86,7 +86,7 @@ pub(crate) struct RawTool {
     pub(crate) rule: Vec<Spanned<RawRule>>,
 }
 
-/// `fs.read` / `fs.write`
+/// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect`
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFs {
@@ -94,6 +94,15 @@ pub(crate) struct RawFs {
     pub(crate) read: Vec<Spanned<String>>,
     #[serde(default)]
     pub(crate) write: Vec<Spanned<String>>,
+    /// No read, write or listing inside, though a grant covers it.
+    #[serde(default)]
+    pub(crate) deny_read: Vec<Spanned<String>>,
+    /// Read-only inside a write grant.
+    #[serde(default)]
+    pub(crate) deny_write: Vec<Spanned<String>>,
+    /// Built-in protected paths this tool may write after all.
+    #[serde(default)]
+    pub(crate) unprotect: Vec<Spanned<String>>,
 }
 
 /// `net.connect`

@@ -173,7 +173,29 @@ impl Walls {
                 None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
             }
         }
+        let expand_globs = matches!(tool.runner, crate::policy::Runner::Process(_) | crate::policy::Runner::Server(_));
+        let protect = protect::Protection::for_call(&protect::ProtectInput {
+            tool: &tool.name,
+            dirs: &dirs,
+            deny: &g.deny,
+            unprotect: &g.unprotect,
+            tmp: tmp.as_ref().map(|t| t.path.as_path()),
+            expand_globs,
+        })
+        .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
         let mut env = Vec::new();
+        // TMPDIR, TMP and TEMP: the call's own {tmp} (the first writable
+        // directory in it), unless the policy sets them.
+        if let Some(t) = &tmp {
+            let writable_tmp = dirs.iter().filter(|(p, w)| *w && p.starts_with(&t.path)).map(|(p, _)| p).min();
+            if let Some(dir) = writable_tmp {
+                for var in ["TMPDIR", "TMP", "TEMP"] {
+                    if !g.env_set.contains_key(var) && !g.env_pass.iter().any(|p| p == var) {
+                        env.push((var.to_string(), dir.to_string_lossy().into_owned()));
+                    }
+                }
+            }
+        }
         for name in &g.env_pass {
             if let Ok(v) = std::env::var(name) {
                 env.push((name.clone(), v));
@@ -196,7 +218,7 @@ impl Walls {
             sysv_ipc: g.sysv_ipc,
             inotify: g.inotify,
             system: g.system,
-            protect: protect::Protection::default(),
+            protect,
         };
         Ok((walls, tmp))
     }

@@ -160,6 +160,576 @@ impl Protection {
     }
 }
 
+/// The built-in protected entries at the root of every write grant: each
+/// is something a program on the host runs, or reads to decide what to run,
+/// outside any sandbox (docs/security.md, "Protected paths", says why each).
+pub const PROTECTED_AT_ROOT: &[(&str, &str)] = &[
+    (".envrc", "direnv runs it in the user's shell when they enter the directory"),
+    (".vscode", "VS Code runs tasks.json and launch settings when the folder is opened"),
+    (".idea", "JetBrains IDEs run its run configurations and startup tasks"),
+    (".mcp.json", "agents start the MCP servers it lists, on the host"),
+    (".claude", "Claude Code runs the hooks and MCP servers its settings name"),
+    (".cursor", "Cursor starts the MCP servers and runs the rules it holds"),
+    (".gitmodules", "`git submodule update` clones and checks out what it names"),
+    (".bashrc", "bash runs it at every interactive start"),
+    (".bash_profile", "bash runs it at every login"),
+    (".bash_login", "bash runs it at every login"),
+    (".zshrc", "zsh runs it at every interactive start"),
+    (".zprofile", "zsh runs it at every login"),
+    (".zshenv", "zsh runs it at every start"),
+    (".profile", "sh and bash run it at every login"),
+];
+
+/// More entries protected where `{home}` itself is a write grant.
+pub const PROTECTED_AT_HOME: &[(&str, &str)] = &[
+    (".ssh", "authorized_keys and config decide who logs in and what ssh runs"),
+    (".gitconfig", "git runs the hooks, fsmonitor, aliases and filters it names, in every repository"),
+    (".config/git", "git runs the hooks, fsmonitor, aliases and filters it names, in every repository"),
+    (".config/systemd", "systemd --user starts the units in it at login"),
+    (".config/autostart", "the desktop session starts what it lists at login"),
+];
+
+/// Why each part of a git directory is protected.
+const GIT_HOOKS: &str = "git runs these hooks on the host (pre-commit, post-checkout, …)";
+const GIT_CONFIG: &str = "core.fsmonitor, core.hooksPath, aliases and filter drivers in it run commands on the host";
+const GIT_INFO: &str = "info/attributes selects filter and diff drivers; info/exclude hides files from review";
+const GIT_ABSENT: &str = "no repository (and so no hooks or config) may be created here; git init on the host instead";
+const GIT_FILE: &str = "it points git at another git directory, whose hooks and config then run";
+
+/// The most directory entries a `**` pattern walks for one call.
+pub const MAX_WALK: usize = 100_000;
+/// The most paths one call's patterns may expand to.
+pub const MAX_MATCHES: usize = 4096;
+/// The largest git config file read for `core.hooksPath` and includes.
+const MAX_GIT_CONFIG: u64 = 1 << 20;
+
+/// What a call's protection is computed from.
+#[derive(Debug)]
+pub struct ProtectInput<'a> {
+    /// The tool or server, for messages.
+    pub tool: &'a str,
+    /// The granted paths of the call, canonical, with write access or not.
+    pub dirs: &'a [(PathBuf, bool)],
+    /// The `fs.deny_read`/`fs.deny_write` entries.
+    pub deny: &'a [crate::policy::DenyEntry],
+    /// `fs.unprotect`.
+    pub unprotect: &'a [PathBuf],
+    /// The call's `{tmp}` (nothing in it outlives the call: not protected).
+    pub tmp: Option<&'a Path>,
+    /// Expand glob patterns to concrete paths (for the mount namespace);
+    /// components match patterns at every access instead.
+    pub expand_globs: bool,
+}
+
+impl Protection {
+    /// The protected and denied paths of one call.
+    pub fn for_call(input: &ProtectInput<'_>) -> Result<Protection, String> {
+        let mut out = Protection::default();
+        let roots: Vec<&PathBuf> = input
+            .dirs
+            .iter()
+            .filter(|(p, w)| *w && p.is_dir() && !input.tmp.is_some_and(|t| p.starts_with(t)))
+            .map(|(p, _)| p)
+            .collect();
+        let home = std::env::var_os("HOME").map(PathBuf::from).and_then(|h| h.canonicalize().ok());
+        for root in &roots {
+            for (name, why) in PROTECTED_AT_ROOT {
+                out.protect(root, &root.join(name), why, &roots);
+            }
+            if home.as_deref() == Some(root.as_path()) {
+                for (name, why) in PROTECTED_AT_HOME {
+                    out.protect(root, &root.join(name), why, &roots);
+                }
+            }
+            out.protect_git(root, &roots, home.as_deref());
+        }
+        out.rules.retain(|r| !input.unprotect.iter().any(|u| *u == r.path));
+        for entry in input.deny {
+            let deny = if entry.read { Deny::Read } else { Deny::Write };
+            let key = if entry.read { "fs.deny_read" } else { "fs.deny_write" };
+            let pattern = match (&entry.path, input.tmp) {
+                (crate::policy::GrantPath::Fixed(p), _) => p.clone(),
+                (crate::policy::GrantPath::Tmp(rel), Some(t)) => t.join(rel),
+                (crate::policy::GrantPath::Tmp(_), None) => continue,
+            };
+            let text = pattern.to_string_lossy().into_owned();
+            let why = format!("{key} of {}", input.tool);
+            if is_glob(&text) {
+                out.patterns.push(DenyPattern { pattern: text.clone(), deny, why: why.clone() });
+                if input.expand_globs {
+                    let found = expand(&text, input.dirs).map_err(|e| format!("{key} {text:?}: {e}"))?;
+                    for path in found {
+                        out.add(&path, deny, &why, input.dirs);
+                    }
+                }
+            } else {
+                out.patterns.push(DenyPattern { pattern: text.clone(), deny, why: why.clone() });
+                out.add(&pattern, deny, &why, input.dirs);
+            }
+            if out.rules.len() > MAX_MATCHES {
+                return Err(format!(
+                    "{key} {text:?}: more than {MAX_MATCHES} paths to deny in one call; narrow the pattern"
+                ));
+            }
+        }
+        // One rule per path (deny_read wins), parents before children.
+        out.rules.sort_by(|a, b| a.path.cmp(&b.path).then(a.deny.cmp(&b.deny)));
+        out.rules.dedup_by(|later, first| later.path == first.path);
+        Ok(out)
+    }
+
+    /// A protected entry at `path` under the write root `root`, and, when it
+    /// is a symbolic link, the place it leads to if a tool may write there.
+    fn protect(&mut self, root: &Path, path: &Path, why: &str, roots: &[&PathBuf]) {
+        let why = format!("protected: {why}");
+        self.push(root, path, Deny::Write, &why);
+        if fs_kind(path) == Some(FileKind::Link)
+            && let Ok(target) = path.canonicalize()
+            && let Some(r) = roots.iter().find(|r| target.starts_with(r))
+        {
+            self.push(r, &target, Deny::Write, &why);
+        }
+    }
+
+    /// A policy entry at a concrete path, under whichever grant holds it.
+    fn add(&mut self, path: &Path, deny: Deny, why: &str, dirs: &[(PathBuf, bool)]) {
+        let root = dirs.iter().filter(|(d, _)| path.starts_with(d)).map(|(d, _)| d).max_by_key(|d| d.as_os_str().len());
+        let Some(root) = root else { return };
+        let root = root.clone();
+        self.push(&root, path, deny, why);
+        if fs_kind(path) == Some(FileKind::Link)
+            && let Ok(target) = path.canonicalize()
+            && target.starts_with(&root)
+        {
+            self.push(&root, &target, deny, why);
+        }
+    }
+
+    fn push(&mut self, root: &Path, path: &Path, deny: Deny, why: &str) {
+        let kind = match fs_kind(path) {
+            Some(FileKind::Dir) => Kind::Dir,
+            Some(_) => Kind::File,
+            None => Kind::Absent,
+        };
+        self.rules.push(PathRule {
+            path: path.to_path_buf(),
+            deny,
+            kind,
+            root: root.to_path_buf(),
+            why: why.to_string(),
+        });
+    }
+
+    /// The repository's own places that run on the host: its git directory's
+    /// hooks, config and info (through a `.git` file too, for worktrees and
+    /// submodules, with their common directory and modules), and the
+    /// directory `core.hooksPath` names; or, with no `.git` at the root, the
+    /// name `.git` itself, so no repository can be made there.
+    fn protect_git(&mut self, root: &Path, roots: &[&PathBuf], home: Option<&Path>) {
+        let dot_git = root.join(".git");
+        let mut gitdirs = Vec::new();
+        let mut worktree = Some(root.to_path_buf());
+        match fs_kind(&dot_git) {
+            None => {
+                self.push(root, &dot_git, Deny::Write, &format!("protected: {GIT_ABSENT}"));
+                // The repository around the root, if any, for its core.hooksPath.
+                worktree = None;
+                let mut at = root.parent();
+                for _ in 0..64 {
+                    let Some(dir) = at else { break };
+                    if let Some(g) = git_dir_of(&dir.join(".git")) {
+                        gitdirs.push(g);
+                        worktree = Some(dir.to_path_buf());
+                        break;
+                    }
+                    at = dir.parent();
+                }
+            }
+            Some(FileKind::Dir) => gitdirs.push(dot_git.clone()),
+            Some(_) => {
+                self.push(root, &dot_git, Deny::Write, &format!("protected: {GIT_FILE}"));
+                if let Some(g) = git_dir_of(&dot_git) {
+                    gitdirs.push(g);
+                }
+            }
+        }
+        // The common directory of a worktree's git directory holds the shared config and hooks.
+        let mut all = Vec::new();
+        for g in gitdirs {
+            if let Ok(common) = std::fs::read_to_string(g.join("commondir"))
+                && let Ok(c) = g.join(common.trim()).canonicalize()
+            {
+                all.push(c);
+            }
+            all.push(g);
+        }
+        let mut configs = Vec::new();
+        let mut i = 0;
+        while i < all.len() && i < 64 {
+            let g = all[i].clone();
+            i += 1;
+            configs.push(g.join("config"));
+            configs.push(g.join("config.worktree"));
+            if let Some(r) = roots.iter().find(|r| g.starts_with(r)) {
+                for (name, why) in [("hooks", GIT_HOOKS), ("config", GIT_CONFIG), ("info", GIT_INFO)] {
+                    self.push(r, &g.join(name), Deny::Write, &format!("protected: {why}"));
+                }
+                if let Ok(wt) = std::fs::read_dir(g.join("worktrees")) {
+                    for e in wt.flatten().take(64) {
+                        let c = e.path().join("config.worktree");
+                        if c.exists() {
+                            self.push(r, &c, Deny::Write, &format!("protected: {GIT_CONFIG}"));
+                        }
+                    }
+                }
+            }
+            // Submodules' git directories, nested as deep as they go (bounded).
+            if let Ok(modules) = std::fs::read_dir(g.join("modules")) {
+                for e in modules.flatten().take(256) {
+                    if e.path().join("HEAD").exists() {
+                        all.push(e.path());
+                    } else if let Ok(inner) = std::fs::read_dir(e.path()) {
+                        all.extend(inner.flatten().take(64).map(|e| e.path()).filter(|p| p.join("HEAD").exists()));
+                    }
+                }
+            }
+        }
+        if let Some(home) = home {
+            configs.push(home.join(".gitconfig"));
+        }
+        match std::env::var_os("XDG_CONFIG_HOME") {
+            Some(x) => configs.push(PathBuf::from(x).join("git/config")),
+            None => configs.extend(home.map(|h| h.join(".config/git/config"))),
+        }
+        let mut seen = 0;
+        while seen < configs.len() && seen < 64 {
+            let config = configs[seen].clone();
+            seen += 1;
+            for (key, value) in git_config_paths(&config) {
+                let value = match value.strip_prefix("~/") {
+                    Some(rest) => match home {
+                        Some(h) => h.join(rest),
+                        None => continue,
+                    },
+                    None => PathBuf::from(&value),
+                };
+                let path = if value.is_absolute() {
+                    value
+                } else if key == "path" {
+                    // An include is relative to the file that names it.
+                    config.parent().map(|d| d.join(&value)).unwrap_or(value)
+                } else {
+                    match &worktree {
+                        Some(w) => w.join(&value),
+                        None => continue,
+                    }
+                };
+                let path: PathBuf = normalise(&path);
+                let Some(r) = roots.iter().find(|r| path.starts_with(r)) else { continue };
+                if key == "path" {
+                    self.push(r, &path, Deny::Write, "protected: a git config file includes it");
+                    configs.push(path);
+                } else {
+                    self.push(
+                        r,
+                        &path,
+                        Deny::Write,
+                        "protected: core.hooksPath names it: git runs its hooks on the host",
+                    );
+                    // husky: core.hooksPath = .husky/_ runs the scripts in .husky.
+                    if path.file_name().is_some_and(|n| n == "_")
+                        && let Some(parent) = path.parent()
+                        && parent.starts_with(r)
+                        && parent != r.as_path()
+                    {
+                        self.push(r, parent, Deny::Write, "protected: the hooks that core.hooksPath's scripts run");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    Dir,
+    File,
+    Link,
+}
+
+fn fs_kind(path: &Path) -> Option<FileKind> {
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some(if m.file_type().is_symlink() {
+        FileKind::Link
+    } else if m.is_dir() {
+        FileKind::Dir
+    } else {
+        FileKind::File
+    })
+}
+
+/// `a/./b/../c` as `a/c`, lexically.
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The git directory a `.git` entry stands for: itself, or where a `.git` file points.
+fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
+    match fs_kind(dot_git)? {
+        FileKind::Dir => Some(dot_git.to_path_buf()),
+        _ => {
+            let text = read_small(dot_git)?;
+            let target = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
+            dot_git.parent()?.join(target).canonicalize().ok()
+        }
+    }
+}
+
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut text = String::new();
+    f.take(MAX_GIT_CONFIG).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// `core.hooksPath` (as `hookspath`) and `include.path`/`includeIf.*.path` (as
+/// `path`) values of one git config file, read leniently.
+fn git_config_paths(config: &Path) -> Vec<(&'static str, String)> {
+    let Some(text) = read_small(config) else { return Vec::new() };
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            section = rest.split([']', ' ', '"']).next().unwrap_or("").to_ascii_lowercase();
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else { continue };
+        let key = key.trim().to_ascii_lowercase();
+        let value = value.split(['#', ';']).next().unwrap_or("").trim().trim_matches('"').to_string();
+        if value.is_empty() {
+            continue;
+        }
+        match (section.as_str(), key.as_str()) {
+            ("core", "hookspath") => out.push(("hookspath", value)),
+            ("include" | "includeif", "path") => out.push(("path", value)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The existing paths under the grants that a glob pattern matches (the walk
+/// starts at the pattern's fixed part, never follows a link, and is bounded).
+fn expand(pattern: &str, dirs: &[(PathBuf, bool)]) -> Result<Vec<PathBuf>, String> {
+    let fixed: PathBuf =
+        Path::new(pattern).components().take_while(|c| !is_glob(&c.as_os_str().to_string_lossy())).collect();
+    let pat = DenyPattern { pattern: pattern.to_string(), deny: Deny::Read, why: String::new() };
+    // Walk from the fixed part, or from each grant beneath it.
+    let starts: Vec<PathBuf> = if dirs.iter().any(|(d, _)| fixed.starts_with(d)) {
+        vec![fixed.clone()]
+    } else {
+        dirs.iter().filter(|(d, _)| d.starts_with(&fixed)).map(|(d, _)| d.clone()).collect()
+    };
+    let mut found = Vec::new();
+    let mut walked = 0usize;
+    let mut stack = starts;
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            walked += 1;
+            if walked > MAX_WALK {
+                return Err(format!(
+                    "more than {MAX_WALK} entries to walk under {}; narrow the pattern",
+                    fixed.display()
+                ));
+            }
+            let path = e.path();
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if glob_components_of(&pat, &path) {
+                found.push(path);
+                if found.len() > MAX_MATCHES {
+                    return Err(format!("it matches more than {MAX_MATCHES} paths; narrow the pattern"));
+                }
+                continue;
+            }
+            if is_dir {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Whether the pattern matches `path` itself (not merely an ancestor).
+fn glob_components_of(pat: &DenyPattern, path: &Path) -> bool {
+    let p: Vec<&str> = pat.pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let parts: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    glob_components(&p, &parts)
+}
+
+/// What a tool's protection would be if it were called now (no `{tmp}`;
+/// patterns not expanded), for `warden policy check` and `warden audit`.
+pub fn preview(tool: &crate::policy::ToolSpec) -> Result<Protection, String> {
+    let dirs: Vec<(PathBuf, bool)> = tool
+        .grants
+        .paths
+        .iter()
+        .filter_map(|g| match &g.path {
+            crate::policy::GrantPath::Fixed(p) => Some((p.canonicalize().ok()?, g.write)),
+            crate::policy::GrantPath::Tmp(_) => None,
+        })
+        .collect();
+    Protection::for_call(&ProtectInput {
+        tool: &tool.name,
+        dirs: &dirs,
+        deny: &tool.grants.deny,
+        unprotect: &tool.grants.unprotect,
+        tmp: None,
+        expand_globs: false,
+    })
+}
+
+impl Protection {
+    /// One line per kind of rule: `read-only (protected) in ROOT: .git/hooks, .envrc, …`,
+    /// `deny_read: PATTERN`, for listings.
+    pub fn summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut roots: Vec<&PathBuf> =
+            self.rules.iter().filter(|r| r.why.starts_with("protected")).map(|r| &r.root).collect();
+        roots.sort();
+        roots.dedup();
+        for root in roots {
+            let names: Vec<String> = self
+                .rules
+                .iter()
+                .filter(|r| r.why.starts_with("protected") && r.root == *root)
+                .map(|r| r.path.strip_prefix(root).unwrap_or(&r.path).display().to_string())
+                .collect();
+            lines.push(format!("read-only (protected) in {}: {}", root.display(), names.join(", ")));
+        }
+        for p in &self.patterns {
+            let key = if p.deny == Deny::Read { "fs.deny_read" } else { "fs.deny_write" };
+            lines.push(format!("{key}: {}", p.pattern));
+        }
+        lines
+    }
+}
+
+/// The empty directories a process call mounts over its absent protected and
+/// denied paths, so there is something to bind read-only (a mount needs a
+/// target; nothing else stops a file from being created under a name).
+/// Each is created on the host for the call's duration, marked with the
+/// extended attribute [`PLACEHOLDER_XATTR`], held with a shared `flock` by
+/// every call that mounts it, and removed (only if still empty) by the last
+/// one to let go: a call never removes one another call still covers (which
+/// would detach that call's mount).
+#[derive(Debug, Default)]
+pub struct Placeholders {
+    held: Vec<(PathBuf, std::os::fd::OwnedFd)>,
+}
+
+/// Marks a directory as a warden placeholder.
+pub const PLACEHOLDER_XATTR: &str = "user.warden.placeholder";
+
+impl Placeholders {
+    /// Makes every [`Kind::Absent`] rule's path exist as an empty directory and holds it.
+    pub fn acquire(rules: &[PathRule]) -> Result<Placeholders, String> {
+        use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, openat2};
+        let mut out = Placeholders::default();
+        for rule in rules.iter().filter(|r| r.kind == Kind::Absent) {
+            let (Some(parent), Some(name)) = (rule.path.parent(), rule.path.file_name()) else { continue };
+            let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            let dir = match openat2(
+                rustix::fs::CWD,
+                parent,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                resolve,
+            ) {
+                Ok(d) => d,
+                // Its parent is absent too: a placeholder would need a tree; the
+                // runtime refuses the rule (or covers the nearest existing name).
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => {
+                    return Err(format!("cannot open {} to cover {}: {e}", parent.display(), rule.path.display()));
+                }
+            };
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                if attempts > 20 {
+                    return Err(format!("cannot hold a placeholder at {}: it keeps changing", rule.path.display()));
+                }
+                let created = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o555)) {
+                    Ok(()) => true,
+                    Err(rustix::io::Errno::EXIST) => false,
+                    Err(e) => return Err(format!("cannot create a placeholder at {}: {e}", rule.path.display())),
+                };
+                let fd = match openat2(
+                    &dir,
+                    name,
+                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                    resolve,
+                ) {
+                    Ok(fd) => fd,
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    // A link appeared under the name: the runtime refuses to mount through it.
+                    Err(e) => return Err(format!("cannot open the placeholder {}: {e}", rule.path.display())),
+                };
+                if created {
+                    let _ = rustix::fs::fsetxattr(&fd, PLACEHOLDER_XATTR, b"1", rustix::fs::XattrFlags::empty());
+                }
+                if rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_err() {
+                    return Err(format!("cannot lock the placeholder {}", rule.path.display()));
+                }
+                // Still the same directory under that name (not removed and made again meanwhile)?
+                let held = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
+                match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev && held.st_nlink > 0 => {
+                        out.held.push((rule.path.clone(), fd));
+                        break;
+                    }
+                    _ => continue,
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        for (path, fd) in self.held.drain(..) {
+            let mut mark = [0u8; 1];
+            let ours = rustix::fs::fgetxattr(&fd, PLACEHOLDER_XATTR, &mut mark).is_ok();
+            if ours && rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+                // Only an empty directory goes (rmdir refuses anything else).
+                let _ = std::fs::remove_dir(&path);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
