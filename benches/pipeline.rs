@@ -443,6 +443,26 @@ fn main() {
     if Path::new("/usr/bin/bwrap").exists() {
         let v = measure(300, || spawn("/usr/bin/bwrap", &["--ro-bind", "/", "/", "/bin/true"]));
         extra.push(("bwrap --ro-bind / / true", percentile(v.clone(), 0.5), percentile(v, 0.95)));
+        // What warden's process path now does too: namespaces, a private /proc, /dev and /tmp.
+        let all = [
+            "--unshare-all",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "/bin/true",
+        ];
+        let v = measure(300, || spawn("/usr/bin/bwrap", &all));
+        extra.push((
+            "bwrap --unshare-all --proc --dev --tmpfs /tmp true",
+            percentile(v.clone(), 0.5),
+            percentile(v, 0.95),
+        ));
     }
     if Path::new("/usr/bin/firejail").exists() {
         let ok = Command::new("/usr/bin/firejail")
@@ -556,6 +576,13 @@ fn main() {
             format!("+{:.1} MiB", rss_after.saturating_sub(idle_rss) as f64 / 1024.0),
         ),
     ];
+    if let Some(o) = p50("bwrap --unshare-all") {
+        targets.push((
+            "shell (every layer) <= bwrap --unshare-all --proc --dev --tmpfs",
+            shell50 <= o,
+            format!("{:.2} ms vs {:.2} ms", shell50 / 1e3, o / 1e3),
+        ));
+    }
     for (name, other) in [("bwrap", "bwrap --ro-bind"), ("firejail", "firejail")] {
         if let Some(o) = p50(other) {
             targets.push((
