@@ -8,14 +8,19 @@
 //!    server, on the host socket itself (its requests arrive there);
 //! 2. starts a new session and process group (the host kills the whole group);
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
-//! 4. joins the per-call cgroups (pids and memory, as root), mounts `{tmp}` as a
-//!    tmpfs of its own in a private mount namespace (as root; [`tmpfs`]), and
-//!    enters a private IPC namespace (as root);
+//! 4. joins the per-call cgroups (pids and memory, as root); makes the call's
+//!    namespaces when the host asks ([`namespaces`]: user when not root, mount,
+//!    pid, IPC) and forks: the parent stays outside as the monitor, the child
+//!    is pid 1 of the new pid namespace and goes on; mounts a fresh `/proc`,
+//!    `{tmp}` as a tmpfs of its own (with a private `/dev/shm` for `{system}`;
+//!    [`tmpfs`]), and the protected and denied paths ([`mounts`]); without the
+//!    call's namespaces, as root, `{tmp}` gets a mount namespace of its own and
+//!    the call a private IPC namespace as before;
 //! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root),
 //!    and `oom_score_adj` = 1000, so that under memory pressure the kernel's OOM
 //!    killer takes the tool's processes before warden (memory a tool holds in
 //!    `memfd` files counts towards no process's size);
-//! 6. as root: locks the securebits, becomes the workspace owner when that is
+//! 6. as root or in the call's user namespace: locks the securebits, becomes the workspace owner when that is
 //!    not root (and asks for the parent-death signal again: a uid change clears
 //!    it), and empties every capability set;
 //! 7. changes to the working directory; sets `NO_NEW_PRIVS`; restores the
@@ -34,6 +39,8 @@ use std::os::fd::AsRawFd;
 
 use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
 use super::limits;
+use super::mounts;
+use super::namespaces::{self, NsError};
 use super::seccomp;
 use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
 use super::tmpfs;
@@ -159,37 +166,98 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         r.cgroup = true;
     }
 
-    // 4b. {tmp} as a tmpfs of its own (as root, while the capabilities last).
+    // 4b. The call's own namespaces (issue 17): from here on this is the
+    // child, pid 1 of its pid namespace; its parent stays outside as the monitor.
+    let mut entered = None;
+    if let Some(plan) = &spec.namespaces {
+        match namespaces::enter(plan) {
+            Ok(e) => {
+                r.namespaces = e.names.clone();
+                r.ipc_namespace = plan.ipc;
+                entered = Some(e);
+            }
+            Err(NsError::Refused(e)) if plan.required => {
+                return Err(format!(
+                    "cannot make the call's namespaces, which its protected and denied paths need: {e}"
+                ));
+            }
+            Err(NsError::Refused(e)) => r.namespace_error = Some(e),
+            Err(NsError::Broken(e)) => return Err(format!("cannot set up the call's namespaces: {e}")),
+        }
+    }
+    let in_ns = entered.is_some();
+    let userns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.user);
+    // 4c. A /proc of the call's own pid namespace.
+    if in_ns {
+        r.proc_private = namespaces::mount_proc();
+    }
+
+    // 4d. {tmp} as a tmpfs of its own (in the call's mount namespace, or in
+    // one of its own as root), holding a private /dev/shm too with {system}.
+    let owner = spec.run_as.unwrap_or((nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()));
+    let shm = spec.namespaces.as_ref().filter(|p| in_ns && p.shm);
     if let Some(quota) = &spec.tmp_quota {
         let granted: Vec<&std::path::Path> = spec.read.iter().chain(&spec.write).map(|p| p.as_path()).collect();
-        match tmpfs::mount_private_tmp(quota, spec.run_as.unwrap_or((0, 0)), &granted) {
-            Ok(()) => r.tmp_quota = true,
+        match tmpfs::mount_private_tmp(quota, owner, &granted, !in_ns, shm.is_some()) {
+            Ok(shared) => {
+                r.tmp_quota = true;
+                r.shm_private = shared;
+            }
             Err(e) if quota.required => return Err(e),
             Err(_) => r.tmp_quota = false,
         }
+    } else if let Some(plan) = shm {
+        match tmpfs::mount_private_shm(plan.shm_size, plan.shm_files, owner) {
+            Ok(done) => r.shm_private = done,
+            Err(e) if plan.required => return Err(e),
+            Err(_) => {}
+        }
     }
 
-    // 4c. A private IPC namespace (as root, while the capabilities last).
-    if spec.ipc_namespace {
+    // 4e. A private IPC namespace (as root without the call's namespaces, while the capabilities last).
+    if spec.ipc_namespace && !in_ns {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
             .map_err(|e| format!("cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
         r.ipc_namespace = true;
     }
 
+    // 4f. The protected and denied paths, as mounts.
+    if !spec.rules.is_empty() {
+        let required = spec.namespaces.as_ref().is_some_and(|p| p.required);
+        if in_ns {
+            match mounts::apply(&spec.rules) {
+                Ok(()) => r.paths_masked = true,
+                Err(e) if required => return Err(e),
+                Err(_) => {}
+            }
+        } else if required {
+            return Err("the call's protected and denied paths need a mount namespace, which it does not have".into());
+        }
+    }
+
     // 5. rlimits, and the OOM killer's first choice: the tool, never warden.
-    limits::apply_rlimits(&spec.limits)?;
+    let mut rlimits = spec.limits;
+    if userns {
+        // In the call's own user namespace only its processes (and the monitor) count.
+        rlimits.processes = rlimits.processes_in_userns.or(rlimits.processes);
+    }
+    limits::apply_rlimits(&rlimits)?;
     r.rlimits = true;
     limits::apply_oom_first()?;
 
-    // 6. Privileges.
-    if spec.drop_caps {
+    // 6. Privileges (in the call's user namespace too, where it has them all).
+    if spec.drop_caps || userns {
         limits::apply_securebits()?;
         if let Some((uid, gid)) = spec.run_as {
             limits::apply_identity(uid, gid)?;
             // Changing credentials cleared the parent-death signal: ask again.
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
                 .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
-            if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+            let alive = match &entered {
+                Some(e) => e.monitor_alive(),
+                None => nix::unistd::getppid().as_raw() as u32 == spec.parent_pid,
+            };
+            if !alive {
                 return Err("the host exited before the tool started".into());
             }
         }
@@ -207,8 +275,15 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
 
     // 8. Landlock.
     let abi = landlock::kernel_abi();
-    let rules =
+    let mut rules =
         LandlockRules { read: spec.read.clone(), write: spec.write.clone(), connect_ports: spec.net_ports.clone() };
+    // {system} reaches the call's own /proc and /dev/shm, never the host's.
+    if spec.system && r.proc_private {
+        rules.read.push("/proc".into());
+    }
+    if spec.system && r.shm_private {
+        rules.write.push("/dev/shm".into());
+    }
     match landlock::apply_to_current_thread(&rules, abi) {
         Ok(used) if spec.require_landlock && used < MIN_ENFORCED_ABI => {
             return Err(format!("Landlock ABI {used} is older than the {MIN_ENFORCED_ABI} that enforce mode requires"));
@@ -227,6 +302,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         uid0: nix::unistd::getuid().is_root(),
         ipc: r.ipc_namespace || spec.sysv_ipc,
         inotify: spec.inotify,
+        pid_namespace: in_ns,
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

@@ -9,13 +9,16 @@
 //! timeout or cap, `SIGKILL` to the whole process group (descendants cannot
 //! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
 //!
-//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`], [`helper`];
+//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
+//! [`namespaces`], [`mounts`], [`helper`];
 //! [`spec`] is what the host hands the helper.
 
 pub mod cgroup;
 pub mod helper;
 pub mod landlock;
 pub mod limits;
+pub mod mounts;
+pub mod namespaces;
 pub mod seccomp;
 pub mod spec;
 pub mod tmpfs;
@@ -33,7 +36,8 @@ use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use self::spec::{HelperReport, MAX_REPORT, RlimitSpec, SandboxSpec, TmpQuota};
+use self::namespaces::NsSupport;
+use self::spec::{HelperReport, MAX_REPORT, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
 use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
@@ -57,18 +61,38 @@ pub struct HostSupport {
     pub seccomp: bool,
     /// warden runs as root.
     pub root: bool,
+    /// A call may have namespaces of its own (mount, pid, IPC, and user when
+    /// not root): [`ProcessRuntime::namespace_support`] says why not.
+    pub namespaces: bool,
 }
 
 impl HostSupport {
     /// Probes the running kernel.
     pub fn probe() -> HostSupport {
+        let root = nix::unistd::geteuid().is_root();
         HostSupport {
             landlock_abi: landlock::kernel_abi(),
             seccomp: std::path::Path::new("/proc/sys/kernel/seccomp/actions_avail").exists(),
-            root: nix::unistd::geteuid().is_root(),
+            root,
+            namespaces: namespace_support(root).available,
         }
     }
 }
+
+/// Whether calls may have namespaces of their own: decided once per process
+/// from `WARDEN_NAMESPACES` and the sysctls, and turned off for the rest of it
+/// when a helper finds the kernel refusing them anyway.
+fn namespace_support(root: bool) -> NsSupport {
+    static PROBED: std::sync::OnceLock<NsSupport> = std::sync::OnceLock::new();
+    let probed = PROBED.get_or_init(|| NsSupport::probe(root)).clone();
+    match REFUSED.lock().ok().and_then(|r| r.clone()) {
+        Some(why) if probed.available => NsSupport { available: false, user: probed.user, reason: Some(why) },
+        _ => probed,
+    }
+}
+
+/// Why a helper could not make a call's namespaces, once one could not.
+static REFUSED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// Runs process tools through the sandbox helper.
 #[derive(Debug, Clone)]
@@ -88,6 +112,8 @@ pub struct ServerProcess {
     cgroup: Option<cgroup::CallCgroup>,
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
+    /// The placeholders of absent protected paths, for the server's lifetime.
+    _placeholders: Option<crate::runtime::protect::Placeholders>,
 }
 
 /// A started server and the sandbox the helper confirmed.
@@ -166,6 +192,8 @@ struct Spawned {
     channel: std::os::unix::net::UnixStream,
     /// The per-call pids cgroup (as root); removed when dropped.
     cgroup: Option<cgroup::CallCgroup>,
+    /// The placeholders of absent protected paths, removed when dropped.
+    _placeholders: Option<crate::runtime::protect::Placeholders>,
 }
 
 /// How a supervised process ended.
@@ -185,6 +213,49 @@ impl ProcessRuntime {
     /// What the kernel offers.
     pub fn support(&self) -> HostSupport {
         self.support
+    }
+
+    /// Whether calls get namespaces of their own here (a private `/proc`,
+    /// `/dev/shm` and IPC, `{tmp}` quota without root, and the mounts that
+    /// enforce protected and denied paths), and why not, for `policy check`
+    /// and `audit`.
+    pub fn namespace_support(&self) -> NsSupport {
+        if self.support.namespaces { namespace_support(self.support.root) } else { NsSupport::probe(self.support.root) }
+    }
+
+    /// Whether this call should ask for namespaces.
+    fn namespaces_now(&self) -> bool {
+        self.support.namespaces && namespace_support(self.support.root).available
+    }
+
+    /// Refuses, in `enforce` mode, a call with protected or denied paths where
+    /// no mount namespace can be made.
+    fn check_paths(&self, tool: &str, walls: &Walls) -> Result<(), CallError> {
+        if walls.protect.rules.is_empty() || self.mode == SandboxMode::BestEffort || self.namespaces_now() {
+            return Ok(());
+        }
+        let ns = self.namespace_support();
+        let mut paths: Vec<String> = walls
+            .protect
+            .rules
+            .iter()
+            .take(20)
+            .map(|r| format!("{} ({})", r.path.display(), r.deny.as_str()))
+            .collect();
+        if walls.protect.rules.len() > 20 {
+            paths.push(format!("and {} more", walls.protect.rules.len() - 20));
+        }
+        Err(CallError::new(
+            ErrorCode::SandboxUnavailable,
+            format!(
+                "{tool}: its grants hold protected or denied paths ({}), which a process tool can only be kept \
+                 from by mounts in a mount namespace of its own, and none can be made here: {}; enable \
+                 unprivileged user namespaces, run warden as root, or set [sandbox] mode = \"best-effort\" \
+                 to run without these paths enforced",
+                paths.join(", "),
+                ns.reason.unwrap_or_else(|| "the kernel refused them".into())
+            ),
+        ))
     }
 
     /// Refuses, in `enforce` mode, when a layer is missing.
@@ -229,7 +300,8 @@ impl ProcessRuntime {
         let argv = fill_argv(tool, exec, args, tmp)?;
         let limits = walls.limits;
         let started = Instant::now();
-        let Spawned { mut child, pid, mut channel, cgroup } = self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
+        let Spawned { mut child, pid, mut channel, cgroup, _placeholders } =
+            self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let overflow = Arc::new(AtomicBool::new(false));
         let reader = |stream: Option<Box<dyn Read + Send>>| {
@@ -362,10 +434,14 @@ impl ProcessRuntime {
             value["signal"] =
                 json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
         }
-        if self.mode == SandboxMode::BestEffort {
-            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup});
+        if let Some(hint) = protected_hint(walls, exit_code, &stderr) {
+            value["protected"] = json!(hint);
         }
-        Ok(RunOutput { value, usage, sandbox: Some(self.confirmed(walls, &report, memory_cgroup)) })
+        let confirmed = self.confirmed(walls, &report, memory_cgroup);
+        if self.mode == SandboxMode::BestEffort {
+            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths});
+        }
+        Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
@@ -382,6 +458,7 @@ impl ProcessRuntime {
         stdin_from_host: bool,
     ) -> Result<Spawned, CallError> {
         self.check_support(tool)?;
+        self.check_paths(tool, walls)?;
         let helper = self.helper.as_ref().ok_or_else(|| {
             CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
         })?;
@@ -391,10 +468,33 @@ impl ProcessRuntime {
             let _ = getrandom::fill(&mut b);
             hex::encode(b)
         };
-        let tmpfs = tmp.is_some() && self.support.root;
+        let ns = self.namespaces_now();
+        let enforce = self.mode == SandboxMode::Enforce;
+        let plan = ns.then_some(NsPlan {
+            user: !self.support.root,
+            ipc: true,
+            shm: walls.system,
+            shm_size: limits.tmp_size,
+            shm_files: limits.tmp_files,
+            required: enforce && !walls.protect.rules.is_empty(),
+        });
+        // Something to mount over each absent protected path, for the call's duration.
+        let placeholders = if ns && !walls.protect.rules.is_empty() {
+            match crate::runtime::protect::Placeholders::acquire(&walls.protect.rules) {
+                Ok(p) => Some(p),
+                Err(e) if enforce => {
+                    return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: {e}")));
+                }
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let tmpfs = (tmp.is_some() || (ns && walls.system)) && (self.support.root || ns);
         let memory_max = limits.memory.saturating_add(if tmpfs { limits.tmp_size } else { 0 });
-        let cgroup =
-            if self.support.root { cgroup::CallCgroup::create(&call_id, limits.processes, memory_max) } else { None };
+        // The monitor outside the call's pid namespace is one process more.
+        let max_pids = limits.processes.saturating_add(u32::from(ns));
+        let cgroup = if self.support.root { cgroup::CallCgroup::create(&call_id, max_pids, memory_max) } else { None };
         if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
             return Err(CallError::new(
                 ErrorCode::SandboxUnavailable,
@@ -438,15 +538,16 @@ impl ProcessRuntime {
                 cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
                 address_space: limits.memory,
                 processes,
+                processes_in_userns: (ns && !self.support.root).then(|| u64::from(limits.processes) + 1),
                 open_files: u64::from(limits.open_files),
                 file_size: limits.file_size,
             },
             tmp_quota: match tmp {
-                Some(path) if self.support.root => Some(TmpQuota {
+                Some(path) if self.support.root || ns => Some(TmpQuota {
                     path: path.to_path_buf(),
                     size: limits.tmp_size,
                     files: limits.tmp_files,
-                    required: self.mode == SandboxMode::Enforce,
+                    required: enforce && self.support.root,
                 }),
                 _ => None,
             },
@@ -461,6 +562,9 @@ impl ProcessRuntime {
             require_seccomp: self.mode == SandboxMode::Enforce,
             parent_pid: std::process::id(),
             stdin_from_host,
+            namespaces: plan,
+            rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
+            system: walls.system,
         };
         let internal =
             |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
@@ -502,7 +606,7 @@ impl ProcessRuntime {
                 let _ = channel.shutdown(std::net::Shutdown::Write);
             }
         }
-        Ok(Spawned { child, pid, channel, cgroup })
+        Ok(Spawned { child, pid, channel, cgroup, _placeholders: placeholders })
     }
 
     /// Starts `exec` (no argument placeholders) as a long-running confined program
@@ -516,10 +620,11 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
     ) -> Result<StartedServer, CallError> {
         let argv = fill_argv(name, exec, &Value::Null, tmp)?;
-        let Spawned { mut child, pid, mut channel, cgroup } = self.spawn(name, argv, &exec.cwd, walls, tmp, true)?;
+        let Spawned { mut child, pid, mut channel, cgroup, _placeholders } =
+            self.spawn(name, argv, &exec.cwd, walls, tmp, true)?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr };
+        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, _placeholders };
         // The first report line arrives before the exec; the socket stays open (it is the program's stdin).
         let report = read_first_report(&mut channel);
         if !report.ok {
@@ -544,6 +649,15 @@ impl ProcessRuntime {
         confirmed.rlimits = report.rlimits;
         confirmed.uid = Some(report.uid);
         confirmed.tmp_quota = walls.has_tmp.then_some(report.tmp_quota);
+        if let Some(why) = &report.namespace_error
+            && let Ok(mut refused) = REFUSED.lock()
+        {
+            refused.get_or_insert_with(|| format!("the kernel refused them ({why})"));
+        }
+        confirmed.namespaces = report.namespaces.iter().filter_map(|n| namespace_name(n)).collect();
+        confirmed.proc = Some(if report.proc_private { "private" } else { "host" });
+        confirmed.paths =
+            (!walls.protect.rules.is_empty()).then_some(if report.paths_masked { "mount-namespace" } else { "none" });
         // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
         confirmed.processes = Some(match (report.cgroup, self.support.root) {
             (true, _) => "pids-cgroup",
@@ -556,6 +670,14 @@ impl ProcessRuntime {
     /// What the process runtime enforces for these walls (before the helper confirms it).
     pub fn report(&self, walls: &Walls) -> SandboxReport {
         let enforce = self.mode == SandboxMode::Enforce;
+        let ns = self.namespaces_now();
+        let mut namespaces = Vec::new();
+        if ns {
+            if !self.support.root {
+                namespaces.push("user");
+            }
+            namespaces.extend(["mount", "pid", "ipc"]);
+        }
         SandboxReport {
             runtime: "process",
             landlock_abi: Some(self.support.landlock_abi.min(6)),
@@ -571,14 +693,51 @@ impl ProcessRuntime {
             ),
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
-            tmp_quota: walls.has_tmp.then_some(self.support.root),
+            tmp_quota: walls.has_tmp.then_some(self.support.root || ns),
             memory: Some(memory_bound(self.support.root)),
-            ipc: Some(ipc_kind(self.support.root, walls.sysv_ipc)),
-            paths: None,
-            namespaces: Vec::new(),
-            proc: None,
+            ipc: Some(ipc_kind(self.support.root || ns, walls.sysv_ipc)),
+            paths: (!walls.protect.rules.is_empty()).then_some(if ns { "mount-namespace" } else { "none" }),
+            namespaces,
+            proc: Some(if ns { "private" } else { "host" }),
         }
     }
+}
+
+/// The static name of a namespace the helper reports, for [`SandboxReport::namespaces`].
+fn namespace_name(name: &str) -> Option<&'static str> {
+    ["user", "mount", "pid", "ipc"].into_iter().find(|n| *n == name)
+}
+
+/// The `protected` result field: a write the call's read-only paths refused
+/// (the program exited non-zero with `EROFS` or `EBUSY` in its stderr), said so
+/// the model can act on it; at most 20 paths.
+fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Option<String> {
+    if exit_code == Some(0) {
+        return None;
+    }
+    let text = String::from_utf8_lossy(stderr);
+    if !text.contains("Read-only file system") && !text.contains("Device or resource busy") {
+        return None;
+    }
+    let ro: Vec<&crate::runtime::protect::PathRule> =
+        walls.protect.rules.iter().filter(|r| r.deny == crate::runtime::protect::Deny::Write).collect();
+    if ro.is_empty() {
+        return None;
+    }
+    let mut paths: Vec<String> = ro.iter().take(20).map(|r| r.path.display().to_string()).collect();
+    if ro.len() > 20 {
+        paths.push(format!("and {} more", ro.len() - 20));
+    }
+    let mut why: Vec<&str> = ro.iter().map(|r| r.why.as_str()).collect();
+    why.sort_unstable();
+    why.dedup();
+    why.truncate(5);
+    Some(format!(
+        "these paths are read-only in warden's sandbox ({}): {}; writes there fail with EROFS, and renaming or \
+         removing them or the directories above them fails with EBUSY",
+        why.join("; "),
+        paths.join(", ")
+    ))
 }
 
 /// What bounds the memory a call holds, for [`SandboxReport::memory`].
@@ -778,7 +937,11 @@ mod tests {
     use super::*;
 
     fn runtime(mode: SandboxMode, landlock_abi: u32, seccomp: bool) -> ProcessRuntime {
-        ProcessRuntime { helper: None, mode, support: HostSupport { landlock_abi, seccomp, root: false } }
+        ProcessRuntime {
+            helper: None,
+            mode,
+            support: HostSupport { landlock_abi, seccomp, root: false, namespaces: false },
+        }
     }
 
     #[test]

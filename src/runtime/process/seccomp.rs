@@ -230,6 +230,11 @@ pub struct Target {
     pub ipc: bool,
     /// Admit inotify (`inotify = true`).
     pub inotify: bool,
+    /// The tool is pid 1 of a pid namespace of the call's own, whose monitor
+    /// shares its process group outside it: `kill(0, …)` (the whole group) is
+    /// refused, so the monitor cannot be stopped or killed from inside (the
+    /// namespace's end kills every process of it anyway).
+    pub pid_namespace: bool,
 }
 
 /// The metadata calls refused to a tool running as uid 0.
@@ -346,7 +351,10 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
             rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?,
             rule(vec![cond(0, Len::Dword, Op::Eq, neg(target.host_pgid))?])?,
             rule(vec![cond(0, Len::Dword, Op::Eq, u64::from(u32::MAX))?])?,
-        ],
+        ]
+        .into_iter()
+        .chain(if target.pid_namespace { Some(rule(vec![cond(0, Len::Dword, Op::Eq, 0)?])?) } else { None })
+        .collect(),
     );
     for call in [libc::SYS_tkill, libc::SYS_tgkill, libc::SYS_rt_sigqueueinfo, libc::SYS_rt_tgsigqueueinfo] {
         eperm.insert(call, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
@@ -423,7 +431,8 @@ mod tests {
         for (net, udp, uid0) in
             [(false, false, false), (true, false, false), (true, true, false), (false, false, true), (true, true, true)]
         {
-            let target = Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0, inotify: net };
+            let target =
+                Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0, inotify: net, pid_namespace: net };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));

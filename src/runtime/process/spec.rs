@@ -72,6 +72,37 @@ pub struct SandboxSpec {
     /// server reads its requests there); otherwise stdin is `/dev/null`.
     #[serde(default)]
     pub stdin_from_host: bool,
+    /// The call's own namespaces ([`super::namespaces`]), when the host plans them.
+    #[serde(default)]
+    pub namespaces: Option<NsPlan>,
+    /// Protected and denied paths, enforced by mounts in the call's mount
+    /// namespace ([`super::mounts`]).
+    #[serde(default)]
+    pub rules: Vec<crate::runtime::protect::PathRule>,
+    /// `{system}` is granted: with a private `/proc` and `/dev/shm`, Landlock
+    /// grants them too (read and write respectively).
+    #[serde(default)]
+    pub system: bool,
+}
+
+/// The namespaces the host asks the helper for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NsPlan {
+    /// A user namespace too (warden is not root): the same ids inside as outside.
+    pub user: bool,
+    /// An IPC namespace too.
+    pub ipc: bool,
+    /// A private `/dev/shm` (sharing `{tmp}`'s tmpfs when there is one).
+    pub shm: bool,
+    /// Its size without a `{tmp}` (`limits.tmp_size`).
+    #[serde(default)]
+    pub shm_size: u64,
+    /// Its files without a `{tmp}` (`limits.tmp_files`).
+    #[serde(default)]
+    pub shm_files: u32,
+    /// Fail when they cannot be made (the call has [`SandboxSpec::rules`] in
+    /// enforce mode); otherwise go on without them and report it.
+    pub required: bool,
 }
 
 /// The bounds of the call's `{tmp}` file system.
@@ -96,6 +127,10 @@ pub struct RlimitSpec {
     pub address_space: u64,
     /// `RLIMIT_NPROC` (when not root; root is bounded by the cgroup).
     pub processes: Option<u64>,
+    /// `RLIMIT_NPROC` once in a user namespace of the call's own, where only
+    /// the call's processes (and its monitor) count.
+    #[serde(default)]
+    pub processes_in_userns: Option<u64>,
     /// `RLIMIT_NOFILE`.
     pub open_files: u64,
     /// `RLIMIT_FSIZE` in bytes.
@@ -128,6 +163,21 @@ pub struct HelperReport {
     /// Whether the call has a private IPC namespace.
     #[serde(default)]
     pub ipc_namespace: bool,
+    /// The namespaces the call got (`user`, `mount`, `pid`, `ipc`).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Why the planned namespaces could not be made, when they could not.
+    #[serde(default)]
+    pub namespace_error: Option<String>,
+    /// `/proc` is the call's own pid namespace's.
+    #[serde(default)]
+    pub proc_private: bool,
+    /// `/dev/shm` is a tmpfs of the call's own.
+    #[serde(default)]
+    pub shm_private: bool,
+    /// The rules were applied by mounts.
+    #[serde(default)]
+    pub paths_masked: bool,
 }
 
 /// The helper's report channel (close-on-exec).

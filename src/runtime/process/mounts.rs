@@ -1,0 +1,237 @@
+//! The protected and denied paths of a call ([`PathRule`]), enforced by mounts
+//! in its own mount namespace (issue 17), in the helper's child after `/proc`
+//! is mounted and before the capabilities are dropped:
+//!
+//! 1. pins: every directory strictly between a rule's granted root and its path
+//!    is bind-mounted onto itself (writable stays writable), so it cannot be
+//!    renamed or removed (`EBUSY`): `mv .git x && mkdir .git` cannot move a
+//!    protected path out from under its mount;
+//! 2. `Deny::Write`: the path bind-mounted onto itself, read-only, recursively
+//!    (`mount_setattr`; where that is missing, a remount that keeps the flags
+//!    the mount already has, since a user namespace may not drop locked ones);
+//! 3. `Deny::Read`: an empty, read-only, mode-000 directory or file from a
+//!    small tmpfs of the call's own is mounted over the path.
+//!
+//! Parents before children. Every target is opened with `openat2`
+//! (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, `O_PATH`) and mounted on
+//! through `/proc/self/fd/N`, so a symbolic link planted by a concurrent tool
+//! cannot redirect a mount. A rule whose path is gone is an error.
+//!
+//! The tool cannot undo them: it has no capability, Landlock forbids changes
+//! to the mount topology, and seccomp refuses `mount`, `umount2`, the new
+//! mount API, `unshare` and `setns`.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::mount::MsFlags;
+
+use super::namespaces::{fd_path, open_path};
+use crate::runtime::protect::{Deny, PathRule};
+
+/// Places the empty mask source may be staged on (the first that exists and
+/// is unrelated to every rule); it is unmounted again before the tool runs.
+const STAGING: &[&str] = &["/mnt", "/run", "/tmp", "/media", "/srv", "/opt"];
+
+/// Applies `rules`: pins, then read-only binds and masks, parents first.
+pub fn apply(rules: &[PathRule]) -> Result<(), String> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let depth = |p: &Path| p.components().count();
+    let mut pins: Vec<PathBuf> = Vec::new();
+    for r in rules {
+        for a in r.path.ancestors().skip(1) {
+            if a == r.root || !a.starts_with(&r.root) {
+                break;
+            }
+            if !pins.iter().any(|p| p == a) {
+                pins.push(a.to_path_buf());
+            }
+        }
+    }
+    pins.sort_by_key(|p| depth(p));
+    for pin in &pins {
+        let fd = open_path(pin, true).map_err(|e| format!("cannot open {} to pin it: {e}", pin.display()))?;
+        bind(&fd, &fd, true).map_err(|e| format!("cannot pin {} (bind onto itself): {e}", pin.display()))?;
+    }
+
+    let masks = if rules.iter().any(|r| r.deny == Deny::Read) { Some(MaskSource::new(rules)?) } else { None };
+    let mut ordered: Vec<&PathRule> = rules.iter().collect();
+    ordered.sort_by_key(|r| depth(&r.path));
+    let result = ordered.iter().try_for_each(|r| apply_one(r, masks.as_ref()));
+    if let Some(m) = masks {
+        m.remove();
+    }
+    result
+}
+
+fn apply_one(r: &PathRule, masks: Option<&MaskSource>) -> Result<(), String> {
+    let fd = match open_path(&r.path, false) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => {
+            return Err(format!(
+                "the {} path {} does not exist, so nothing can be mounted over it ({})",
+                r.deny.as_str(),
+                r.path.display(),
+                r.why
+            ));
+        }
+        Err(rustix::io::Errno::LOOP) => {
+            return Err(format!(
+                "the {} path {} now passes through a symbolic link: refused",
+                r.deny.as_str(),
+                r.path.display()
+            ));
+        }
+        Err(e) => return Err(format!("cannot open {}: {e}", r.path.display())),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat {}: {e}", r.path.display()))?;
+    let dir = rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir();
+    match r.deny {
+        Deny::Write => {
+            bind(&fd, &fd, true).map_err(|e| format!("cannot bind {} onto itself: {e}", r.path.display()))?;
+            // The new mount is on top now: open it again (through no link) and
+            // check it is the same file before making it read-only.
+            let top = open_path(&r.path, dir).map_err(|e| format!("cannot open {} again: {e}", r.path.display()))?;
+            let again = rustix::fs::fstat(&top).map_err(|e| format!("cannot stat {}: {e}", r.path.display()))?;
+            if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+                return Err(format!("{} changed while it was being made read-only", r.path.display()));
+            }
+            read_only(&top).map_err(|e| format!("cannot make {} read-only: {e}", r.path.display()))
+        }
+        Deny::Read => {
+            let m = masks.ok_or("no mask source")?;
+            let source = if dir { &m.dir } else { &m.file };
+            bind(source, &fd, false).map_err(|e| format!("cannot mask {}: {e}", r.path.display()))
+        }
+    }
+}
+
+/// `mount --bind` from one descriptor onto another.
+fn bind(source: &OwnedFd, target: &OwnedFd, recursive: bool) -> nix::Result<()> {
+    let mut flags = MsFlags::MS_BIND;
+    if recursive {
+        flags |= MsFlags::MS_REC;
+    }
+    nix::mount::mount(Some(fd_path(source).as_str()), fd_path(target).as_str(), None::<&str>, flags, None::<&str>)
+}
+
+/// Makes the mount `fd` is the root of read-only, with everything beneath it.
+fn read_only(fd: &OwnedFd) -> std::io::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes of `attr`, which
+    // lives across the call, and the empty path is a valid C string.
+    #[allow(unsafe_code)]
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    // An older kernel: remount the top mount only, keeping the flags it has
+    // (a user namespace may not drop locked ones).
+    let vfs = nix::sys::statvfs::fstatvfs(fd).map_err(std::io::Error::from)?;
+    let f = vfs.flags();
+    use nix::sys::statvfs::FsFlags;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (has, add) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(has) {
+            flags |= add;
+        }
+    }
+    nix::mount::mount(None::<&str>, fd_path(fd).as_str(), None::<&str>, flags, None::<&str>).map_err(Into::into)
+}
+
+/// An empty mode-000 directory and file on a small read-only tmpfs, staged
+/// on a directory unrelated to every rule while the masks are mounted.
+struct MaskSource {
+    at: PathBuf,
+    dir: OwnedFd,
+    file: OwnedFd,
+}
+
+impl MaskSource {
+    fn new(rules: &[PathRule]) -> Result<MaskSource, String> {
+        let related = |p: &Path| rules.iter().any(|r| r.path.starts_with(p) || p.starts_with(&r.path));
+        let at = STAGING
+            .iter()
+            .map(Path::new)
+            .find(|p| !related(p) && open_path(p, true).is_ok())
+            .ok_or("no directory to stage the masks on")?
+            .to_path_buf();
+        let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        let stage = open_path(&at, true).map_err(|e| format!("cannot open {}: {e}", at.display()))?;
+        nix::mount::mount(
+            Some("tmpfs"),
+            fd_path(&stage).as_str(),
+            Some("tmpfs"),
+            hard,
+            Some("size=4k,nr_inodes=8,mode=000"),
+        )
+        .map_err(|e| format!("cannot mount the masks' tmpfs on {}: {e}", at.display()))?;
+        let made = (|| -> Result<(OwnedFd, OwnedFd), String> {
+            let d = at.join("d");
+            let f = at.join("f");
+            std::fs::create_dir(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            std::fs::File::create(&f).map_err(|e| format!("cannot create {}: {e}", f.display()))?;
+            for p in [&d, &f, &at] {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o000))
+                    .map_err(|e| format!("cannot chmod {}: {e}", p.display()))?;
+            }
+            nix::mount::mount(
+                None::<&str>,
+                &at,
+                None::<&str>,
+                MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
+                None::<&str>,
+            )
+            .map_err(|e| format!("cannot make the masks' tmpfs read-only: {e}"))?;
+            let dir = open_path(&d, true).map_err(|e| format!("cannot open {}: {e}", d.display()))?;
+            let file = open_path(&f, false).map_err(|e| format!("cannot open {}: {e}", f.display()))?;
+            Ok((dir, file))
+        })();
+        match made {
+            Ok((dir, file)) => Ok(MaskSource { at, dir, file }),
+            Err(e) => {
+                let _ = nix::mount::umount2(&at, nix::mount::MntFlags::MNT_DETACH);
+                Err(e)
+            }
+        }
+    }
+
+    /// Unmounts the staging tmpfs (the masks mounted from it stay).
+    fn remove(self) {
+        drop(self.dir);
+        drop(self.file);
+        let _ = nix::mount::umount2(&self.at, nix::mount::MntFlags::MNT_DETACH);
+    }
+}

@@ -1,0 +1,283 @@
+//! The call's own namespaces (issue 17): mount, pid and IPC, and a user
+//! namespace when warden is not root (the same uid and gid inside as outside).
+//!
+//! In the helper, after it joined the call's cgroups: `unshare`, the id maps,
+//! every mount made a slave of the host's (mounts propagate in, never out),
+//! then a `fork`. The parent stays outside as a small monitor ([`monitor`]):
+//! it closes descriptors 0–3 (stdio and the report socket), drops every
+//! capability, waits for the child and ends as it ended (the same exit code,
+//! or the same signal raised on itself), so the host's `wait4` sees the tool's
+//! end. The child is pid 1 of the new pid namespace: it mounts a fresh `/proc`
+//! ([`mount_proc`]), the quota'd `{tmp}` and `/dev/shm` ([`super::tmpfs`]) and
+//! the masks ([`super::mounts`]), confines itself as before and execs the tool
+//! (when it exits, the kernel kills whatever is left in the namespace).
+//!
+//! Both stay in the helper's process group (the host kills the group) and
+//! cgroups. The tool cannot reach the monitor: its pid and group id are not
+//! visible in the pid namespace, and seccomp refuses `kill(0, …)` there.
+//!
+//! The host decides once per process whether to ask ([`NsSupport::probe`]):
+//! always as root; as another user unless a sysctl refuses unprivileged user
+//! namespaces or `WARDEN_NAMESPACES=off` says not to.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+
+use super::spec::NsPlan;
+
+/// Whether this host lets warden make a call's namespaces, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NsSupport {
+    /// They can be asked for.
+    pub available: bool,
+    /// With a user namespace (warden is not root).
+    pub user: bool,
+    /// Why not, when not: the sysctl or switch that refused, and what to do.
+    pub reason: Option<String>,
+}
+
+impl NsSupport {
+    /// Reads the switch and the sysctls (cheap; no namespace is made).
+    pub fn probe(root: bool) -> NsSupport {
+        let off = std::env::var("WARDEN_NAMESPACES").is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+        NsSupport::decide(root, off, |p| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()))
+    }
+
+    /// [`NsSupport::probe`] with the switch and the sysctl reader given.
+    fn decide(root: bool, off: bool, read: impl Fn(&str) -> Option<String>) -> NsSupport {
+        let refused = |reason: String| NsSupport { available: false, user: !root, reason: Some(reason) };
+        if off {
+            return refused("WARDEN_NAMESPACES=off asks warden to make no namespaces".into());
+        }
+        if root {
+            return NsSupport { available: true, user: false, reason: None };
+        }
+        if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+            return refused(
+                "the kernel refuses unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone = 0); \
+                 set it to 1"
+                    .into(),
+            );
+        }
+        if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+            return refused(
+                "the kernel allows no user namespaces (sysctl user.max_user_namespaces = 0); raise it".into(),
+            );
+        }
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+            return refused(
+                "AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns \
+                 = 1); set it to 0, or give warden an AppArmor profile that allows userns"
+                    .into(),
+            );
+        }
+        NsSupport { available: true, user: true, reason: None }
+    }
+}
+
+/// What [`enter`] made.
+pub struct Entered {
+    /// The names, for the report.
+    pub names: Vec<String>,
+    /// The read end of a pipe whose write end only the monitor holds: EOF means
+    /// the monitor is gone.
+    monitor_alive: OwnedFd,
+}
+
+impl Entered {
+    /// Whether the monitor (the child's parent, outside the pid namespace,
+    /// where `getppid` says 0) still lives.
+    pub fn monitor_alive(&self) -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: a non-blocking read of one byte into a local buffer from a pipe we own.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::read(self.monitor_alive.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+        n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+    }
+}
+
+/// Why [`enter`] did not make the namespaces.
+pub enum NsError {
+    /// The kernel refused the `unshare` itself: nothing changed, the call may
+    /// go on without namespaces.
+    Refused(String),
+    /// A later step failed: the helper is half-way and must stop.
+    Broken(String),
+}
+
+/// Makes the namespaces of `plan`, forks, and returns in the child (pid 1 of
+/// the new pid namespace); the parent becomes the [`monitor`] and never returns.
+pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
+    let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    let mut names = Vec::new();
+    if plan.user {
+        flags |= CloneFlags::CLONE_NEWUSER;
+        names.push("user".to_string());
+    }
+    names.extend(["mount".to_string(), "pid".to_string()]);
+    if plan.ipc {
+        flags |= CloneFlags::CLONE_NEWIPC;
+        names.push("ipc".to_string());
+    }
+    nix::sched::unshare(flags).map_err(|e| NsError::Refused(format!("unshare({}): {e}", names.join(", "))))?;
+    let broken = |what: &str, e: &dyn std::fmt::Display| NsError::Broken(format!("{what}: {e}"));
+    if plan.user {
+        std::fs::write("/proc/self/setgroups", "deny").map_err(|e| broken("cannot write /proc/self/setgroups", &e))?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+            .map_err(|e| broken("cannot write /proc/self/uid_map", &e))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+            .map_err(|e| broken("cannot write /proc/self/gid_map", &e))?;
+    }
+    nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+        .map_err(|e| broken("cannot make the mounts private (mount / MS_SLAVE)", &e))?;
+
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+        .map_err(|e| broken("pipe2", &e))?;
+    // SAFETY: the helper is single-threaded, so the child may run any code.
+    #[allow(unsafe_code)]
+    match unsafe { nix::unistd::fork() }.map_err(|e| broken("fork", &e))? {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(read_end);
+            monitor(child, write_end)
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(write_end);
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(|e| broken("PR_SET_PDEATHSIG", &e))?;
+            let entered = Entered { names, monitor_alive: read_end };
+            if !entered.monitor_alive() {
+                return Err(NsError::Broken("the monitor exited before the tool started".into()));
+            }
+            Ok(entered)
+        }
+    }
+}
+
+/// The parent outside the pid namespace: waits for the child and ends as it
+/// ended. `alive` is held open so the child can tell it lives.
+fn monitor(child: nix::unistd::Pid, alive: OwnedFd) -> ! {
+    use nix::sys::signal::{SigHandler, SigSet};
+    use nix::sys::wait::{WaitStatus, waitpid};
+    // Stdio and the report socket are the child's alone: the host sees their
+    // end when the tool's tree closes them.
+    // SAFETY: closes descriptors 0..=3 of this single-threaded process; `alive` is above them.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 0u32, super::spec::REPORT_FD as u32, 0u32);
+    }
+    // SAFETY: PR_SET_DUMPABLE takes integers: no core of the monitor when it re-raises a signal.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_DUMPABLE,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        );
+    }
+    let _ = super::limits::apply_drop_capabilities();
+    let status = loop {
+        match waitpid(child, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(WaitStatus::Exited(_, code)) => break Ok(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => break Err(sig),
+            Ok(_) => continue,
+            Err(_) => break Ok(126),
+        }
+    };
+    drop(alive);
+    match status {
+        Ok(code) => std::process::exit(code),
+        Err(sig) => {
+            // SAFETY: the default disposition installs no handler.
+            #[allow(unsafe_code)]
+            let _ = unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) };
+            let mut set = SigSet::empty();
+            set.add(sig);
+            let _ = set.thread_unblock();
+            let _ = nix::sys::signal::raise(sig);
+            // A signal that does not end a process (none should reach here).
+            std::process::exit(128 + sig as i32)
+        }
+    }
+}
+
+/// Mounts a fresh `proc` of the call's pid namespace on `/proc`, with
+/// `/proc/sys` read-only. `false` (the host's `/proc` kept) when the kernel
+/// refuses, as in a container whose `/proc` is partly masked.
+pub fn mount_proc() -> bool {
+    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if nix::mount::mount(Some("proc"), "/proc", Some("proc"), hard, None::<&str>).is_err() {
+        return false;
+    }
+    let sys = nix::mount::mount(
+        Some("/proc/sys"),
+        "/proc/sys",
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .and_then(|()| {
+        nix::mount::mount(
+            None::<&str>,
+            "/proc/sys",
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
+            None::<&str>,
+        )
+    });
+    if sys.is_err() {
+        let _ = nix::mount::umount2("/proc/sys", nix::mount::MntFlags::MNT_DETACH);
+        let _ = nix::mount::umount2("/proc", nix::mount::MntFlags::MNT_DETACH);
+        return false;
+    }
+    true
+}
+
+/// An `O_PATH` descriptor of `path` opened without following any symbolic
+/// link (magic links included), for mounting through `/proc/self/fd/N`.
+pub fn open_path(path: &std::path::Path, directory: bool) -> Result<OwnedFd, rustix::io::Errno> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, openat2};
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if directory {
+        flags |= OFlags::DIRECTORY;
+    }
+    openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+}
+
+/// `/proc/self/fd/N` of a descriptor.
+pub fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_and_the_sysctls_decide() {
+        let none = |_: &str| None;
+        assert!(NsSupport::decide(true, false, none).available);
+        let off = NsSupport::decide(true, true, none);
+        assert!(!off.available && off.reason.unwrap_or_default().contains("WARDEN_NAMESPACES"));
+        let user = NsSupport::decide(false, false, none);
+        assert!(user.available && user.user);
+        for (file, name) in [
+            ("/proc/sys/kernel/unprivileged_userns_clone", "unprivileged_userns_clone"),
+            ("/proc/sys/user/max_user_namespaces", "max_user_namespaces"),
+        ] {
+            let s = NsSupport::decide(false, false, |p| (p == file).then(|| "0".to_string()));
+            assert!(!s.available && s.reason.unwrap_or_default().contains(name), "{file}");
+        }
+        let aa = NsSupport::decide(false, false, |p| {
+            p.ends_with("apparmor_restrict_unprivileged_userns").then(|| "1".into())
+        });
+        assert!(!aa.available && aa.reason.unwrap_or_default().contains("AppArmor"));
+        // As root the user-namespace sysctls do not matter.
+        assert!(NsSupport::decide(true, false, |_| Some("0".into())).available);
+    }
+}
