@@ -560,36 +560,33 @@ fn server_case(s: &Scene, t: &Target) -> Observed {
             let f = p.file.display().to_string();
             let evil_path = p.ws.join("evil").display().to_string();
             let lnk = p.ws.join("lnk").display().to_string();
-            let write_evil = ("files__write", json!({"path": evil_path, "text": p.evil(), "mode": "755"}));
-            let mut calls: Vec<(&str, Value)> = Vec::new();
+            let write_evil = json!({"op": "write", "path": evil_path, "text": p.evil(), "mode": "755"});
+            // One call per route (one server start): the server's `batch` runs the operations in order.
+            let mut ops: Vec<Value> = Vec::new();
             if !t.exists && route != Route::ParentRename {
-                calls.push(("files__mkdir", json!({"path": p.file.parent().unwrap()})));
+                ops.push(json!({"op": "mkdir", "path": p.file.parent().unwrap()}));
             }
-            calls.extend(match route {
-                Route::Write => vec![("files__write", json!({"path": f, "text": p.evil(), "mode": "755"}))],
-                Route::Remove => vec![("files__remove", json!({"path": f}))],
-                Route::Rename => vec![write_evil, ("files__rename", json!({"source": evil_path, "dest": f}))],
+            ops.extend(match route {
+                Route::Write => vec![json!({"op": "write", "path": f, "text": p.evil(), "mode": "755"})],
+                Route::Remove => vec![json!({"op": "remove", "path": f})],
+                Route::Rename => vec![write_evil, json!({"op": "rename", "source": evil_path, "dest": f})],
                 Route::Symlink => vec![
                     write_evil,
-                    ("files__symlink", json!({"target": evil_path, "path": lnk})),
-                    ("files__rename", json!({"source": lnk, "dest": f})),
+                    json!({"op": "symlink", "target": evil_path, "path": lnk}),
+                    json!({"op": "rename", "source": lnk, "dest": f}),
                 ],
                 Route::ParentRename => vec![
-                    ("files__rename", json!({"source": p.top(), "dest": p.ws.join("moved-away")})),
-                    ("files__mkdir", json!({"path": p.file.parent().unwrap()})),
-                    ("files__write", json!({"path": f, "text": p.evil(), "mode": "755"})),
+                    json!({"op": "rename", "source": p.top(), "dest": p.ws.join("moved-away")}),
+                    json!({"op": "mkdir", "path": p.file.parent().unwrap()}),
+                    json!({"op": "write", "path": f, "text": p.evil(), "mode": "755"}),
                 ],
                 _ => unreachable!("not a server route"),
             });
-            let mut said = Vec::new();
-            for (tool, args) in calls {
-                let r = call_in(s, &p.ws, &p.home, &policy, tool, &args);
-                said.push(format!("{}: {}", tool.trim_start_matches("files__"), server_text(&r)));
-            }
             let ok_path = p.ws.join("ordinary-write.txt").display().to_string();
-            let r = call_in(s, &p.ws, &p.home, &policy, "files__write", &json!({"path": ok_path, "text": "ordinary"}));
+            ops.push(json!({"op": "write", "path": ok_path, "text": "ordinary"}));
+            let r = call_in(s, &p.ws, &p.home, &policy, "files__batch", &json!({ "ops": ops }));
             let ran = ordinary_written(&p.ws, "ordinary-write.txt", &r);
-            judge(&p, t, route, ran, &said.join("; "))
+            judge(&p, t, route, ran, &server_text(&r))
         })
         .collect();
     combine(lines)
@@ -599,7 +596,7 @@ fn server_case(s: &Scene, t: &Target) -> Observed {
 fn server_text(r: &Run) -> String {
     let doc = r.doc();
     match doc["result"]["content"][0]["text"].as_str() {
-        Some(t) => clip(t, 90),
+        Some(t) => clip(&t.replace('\n', "; "), 160),
         None => r.brief(),
     }
 }

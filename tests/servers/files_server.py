@@ -44,6 +44,15 @@ TOOLS = {
 }
 
 
+def batch(a):
+    """Several operations in one call, each answered on its own line (one server start per attack)."""
+    out = []
+    for op in a["ops"]:
+        fn, _ = TOOLS[op["op"]]
+        out.append(f"{op['op']}: {attempt(lambda: fn(op))}")
+    return "\n".join(out)
+
+
 def schema(keys):
     props = {k: {"type": "string"} for k in keys}
     props["mode"] = {"type": "string"}
@@ -64,9 +73,12 @@ def answer(req):
             {"name": n, "description": f"{n} (file operation)", "inputSchema": schema(keys)}
             for n, (_, keys) in TOOLS.items()
         ]
+        ops = {"type": "array", "items": {"type": "object"}}
+        batch_schema = {"type": "object", "properties": {"ops": ops}, "required": ["ops"]}
+        tools.append({"name": "batch", "description": "operations in order", "inputSchema": batch_schema})
         return {"tools": tools}
     if method == "tools/call":
-        fn, _ = TOOLS[params["name"]]
+        fn = batch if params["name"] == "batch" else TOOLS[params["name"]][0]
         text = attempt(lambda: fn(params.get("arguments") or {}))
         return {"content": [{"type": "text", "text": text}], "isError": False}
     if method == "ping":
