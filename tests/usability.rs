@@ -282,7 +282,7 @@ fn node_sees_its_cpus() {
     let started = Instant::now();
     let Some(node) = which("node") else {
         println!("skipped: node is not installed (CI installs nodejs and npm)");
-        record("node os.cpus()", "skipped (node not installed)", &PLAIN, 0, "", started);
+        record("node os.cpus()", "skipped (node not installed)", &PLAIN, nix::unistd::geteuid().as_raw(), "", started);
         return;
     };
     // V8 reserves virtual memory for its code range: node does not start under the default 256MiB (RLIMIT_AS).
@@ -351,7 +351,14 @@ fn cargo_test_offline_of_a_tiny_crate() {
             "skipped: no cargo this user can reach (CARGO_HOME / ~/.cargo with bin/cargo, RUSTUP_HOME / ~/.rustup)"
         );
         let shape = PLAIN;
-        record("cargo test --offline", "skipped (no reachable toolchain for this user)", &shape, 0, "", started);
+        record(
+            "cargo test --offline",
+            "skipped (no reachable toolchain for this user)",
+            &shape,
+            nix::unistd::geteuid().as_raw(),
+            "",
+            started,
+        );
         return;
     };
     let (c, r) = (cargo_home.display().to_string(), rustup_home.display().to_string());
@@ -427,7 +434,7 @@ fn pytest_runs_and_leaves_no_cache_in_the_workspace() {
         Ok(v) => v,
         Err(why) => {
             println!("skipped: cannot make a virtualenv with {PYTEST}: {why}");
-            record("pytest", "skipped (no pytest: offline?)", &PLAIN, 0, &why, started);
+            record("pytest", "skipped (no pytest: offline?)", &PLAIN, nix::unistd::geteuid().as_raw(), &why, started);
             return;
         }
     };

@@ -41,6 +41,9 @@ enum Layout {
     GitFile,
     /// The entry lies in `{home}`, which the tool may write.
     Home,
+    /// No repository yet: the dotfiles only. Host git runs `git init` afterwards
+    /// (which keeps hooks it finds in an existing `.git`), then commits.
+    NoRepo,
 }
 
 /// One protected entry.
@@ -79,6 +82,7 @@ const CLAUDE: Target = t(Layout::Plain, ".claude/settings.json", true, false);
 const CURSOR_NEW: Target = t(Layout::Plain, ".cursor/mcp.json", false, false);
 const HOME_BASHRC: Target = t(Layout::Home, ".bashrc", true, false);
 const HOME_PROFILE_NEW: Target = t(Layout::Home, ".profile", false, false);
+const NOREPO_HOOK_NEW: Target = t(Layout::NoRepo, ".git/hooks/pre-commit", false, true);
 
 /// The ways one entry is attacked.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -219,6 +223,7 @@ const BENIGN_HOOK: &str = "#!/bin/sh\nexit 0\n";
 /// a benign executable pre-commit hook, and the usual dotfiles.
 fn prepare_repo(ws: &Path, home: &Path, layout: Layout) {
     match layout {
+        Layout::NoRepo => {}
         Layout::GitFile => {
             git_ok(ws, home, &["init", "-q", "-b", "main", "--separate-git-dir", ".repo", "."]);
             std::fs::write(ws.join(".repo/info/exclude"), "/.repo/\n").unwrap();
@@ -241,6 +246,7 @@ fn prepare_repo(ws: &Path, home: &Path, layout: Layout) {
         std::fs::write(p, body).unwrap();
     }
     match layout {
+        Layout::NoRepo => return,
         Layout::GitFile => write_exec(&ws.join(".repo/hooks/pre-commit"), BENIGN_HOOK),
         Layout::HooksPath => {
             git_ok(ws, home, &["config", "core.hooksPath", ".githooks"]);
@@ -292,6 +298,10 @@ fn judge(p: &Prepared, t: &Target, route: Route, ran: Result<(), String>, said: 
     }
     let mut git_said = String::new();
     if t.git {
+        if t.layout == Layout::NoRepo {
+            // The user starts a repository later: `git init` keeps the hooks of an existing `.git`.
+            host_git(&p.ws, &p.home, &["init", "-q", "-b", "main", "."]);
+        }
         let (_, st) = host_git(&p.ws, &p.home, &["status", "--porcelain"]);
         let (_, cm) = host_git(&p.ws, &p.home, &["commit", "-q", "--allow-empty", "-m", "host commit after the call"]);
         git_said = format!("host git status+commit: {}", clip(format!("{st}{cm}").trim(), 80));
@@ -768,6 +778,7 @@ pub(crate) fn cases() -> Vec<Case> {
         "cursor-new" => CURSOR_NEW,
         "home-bashrc" => HOME_BASHRC,
         "home-profile-new" => HOME_PROFILE_NEW,
+        "norepo-git-new" => NOREPO_HOOK_NEW,
     );
     let git = |id: &'static str, key: &str, run: fn(&Scene) -> Observed| {
         case(
