@@ -452,17 +452,24 @@ mod protected_paths {
     #[test]
     #[ignore]
     fn guard_cost() {
-        for protected in [false, true, false, true] {
-            let f = setup(protected);
-            let args = json!({"path": "src/main.rs"});
-            for _ in 0..50 {
-                f.call("read_file", args.clone()).unwrap();
+        let (off, on) = (setup(false), setup(true));
+        let args = json!({"path": "src/main.rs"});
+        let mut best = [f64::MAX; 2];
+        for round in 0..10 {
+            for (i, f) in [&off, &on].into_iter().enumerate() {
+                let t = Instant::now();
+                for _ in 0..1000 {
+                    f.call("read_file", args.clone()).unwrap();
+                }
+                let us = t.elapsed().as_secs_f64() * 1000.0;
+                if round > 0 {
+                    best[i] = best[i].min(us);
+                }
             }
-            let t = Instant::now();
-            for _ in 0..1000 {
-                f.call("read_file", args.clone()).unwrap();
-            }
-            println!("protected={protected}: {:.1} µs per read_file", t.elapsed().as_secs_f64() * 1000.0);
         }
+        println!(
+            "read_file, best of 9 rounds of 1000: {:.1} µs without protected paths, {:.1} µs with",
+            best[0], best[1]
+        );
     }
 }

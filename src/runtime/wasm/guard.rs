@@ -21,8 +21,11 @@
 //! The latest refusal is kept ([`Guard::note`]) so that a call that fails can
 //! say which path was refused, why, and which policy key releases it.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -94,12 +97,17 @@ impl Refusal {
 pub(super) struct Guard {
     protect: Protection,
     refusal: Option<Refusal>,
+    /// Where each descriptor the guest holds lies (by its handle), as the
+    /// kernel said when it was opened or first judged. Forgotten when the
+    /// descriptor is dropped, and all of it after a rename (which may have
+    /// moved any of them).
+    paths: HashMap<u32, PathBuf>,
 }
 
 impl Guard {
     /// A guard for one call.
     pub(super) fn new(protect: Protection) -> Guard {
-        Guard { protect, refusal: None }
+        Guard { protect, refusal: None, paths: HashMap::new() }
     }
 
     /// The latest refusal, if any.
@@ -242,10 +250,58 @@ fn io_error(e: Errno) -> FsError {
     FsError::from(std::io::Error::from(e))
 }
 
+/// warden's own `/proc/self/fd`, opened once (`None` without `/proc`).
+fn proc_fds() -> Option<BorrowedFd<'static>> {
+    static FDS: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    FDS.get_or_init(|| {
+        rustix::fs::open("/proc/self/fd", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()
+    })
+    .as_ref()
+    .map(|fd| fd.as_fd())
+}
+
 /// Where the kernel says an open descriptor lies.
 fn real_path(fd: BorrowedFd<'_>) -> Option<PathBuf> {
-    let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let name = fd.as_raw_fd().to_string();
+    let p = rustix::fs::readlinkat(proc_fds()?, name.as_str(), Vec::new()).ok()?;
+    let p = PathBuf::from(std::ffi::OsString::from_vec(p.into_bytes()));
     p.is_absolute().then_some(p)
+}
+
+/// The fast way to [`locate`] a path: when no component of `path` is `..`
+/// or a symbolic link (each one is asked, `readlinkat` beneath `dir`), it lies
+/// at `base` (where `dir` lies) joined with it. `None`: take the slow way.
+fn locate_plain(dir: BorrowedFd<'_>, base: &Path, path: &str, follow: bool) -> Option<Vec<PathBuf>> {
+    if path.starts_with('/') || path.len() > 4096 {
+        return None;
+    }
+    let follow_last = follow || path.ends_with('/');
+    let mut out = base.to_path_buf();
+    let names: Vec<(usize, &str)> = path
+        .split('/')
+        .scan(0, |at, c| {
+            let end = *at + c.len();
+            *at = end + 1;
+            Some((end, c))
+        })
+        .filter(|(_, c)| !c.is_empty() && *c != ".")
+        .collect();
+    for (i, &(end, c)) in names.iter().enumerate() {
+        if c == ".." {
+            return None;
+        }
+        out.push(c);
+        let last = i + 1 == names.len();
+        if !last || follow_last {
+            // The prefix of `path` up to this component.
+            match rustix::fs::readlinkat(dir, &path[..end], Vec::new()) {
+                Err(Errno::INVAL) => {}
+                Err(Errno::NOENT) if last => {}
+                _ => return None,
+            }
+        }
+    }
+    Some(vec![out])
 }
 
 /// Opens `path` beneath `dir` as the kernel resolves it there (links followed,
@@ -320,7 +376,21 @@ impl Guarded<'_> {
         })
     }
 
-    /// The paths an operation reaches (nothing when nothing is protected).
+    /// Where a descriptor lies: remembered, or asked of the kernel.
+    fn where_is(&mut self, op: &'static str, fd: &Resource<Descriptor>) -> FsResult<PathBuf> {
+        if let Some(p) = self.guard.paths.get(&fd.rep()) {
+            return Ok(p.clone());
+        }
+        match real_path(self.host_fd(fd)?) {
+            Some(p) => {
+                self.guard.paths.insert(fd.rep(), p.clone());
+                Ok(p)
+            }
+            None => Err(self.guard.unknown(op)),
+        }
+    }
+
+    /// The paths an operation reaches.
     fn reach(
         &mut self,
         op: &'static str,
@@ -328,7 +398,11 @@ impl Guarded<'_> {
         path: &str,
         follow: bool,
     ) -> FsResult<Vec<PathBuf>> {
+        let base = self.where_is(op, fd)?;
         let dir = self.host_fd(fd)?;
+        if let Some(chain) = locate_plain(dir, &base, path, follow) {
+            return Ok(chain);
+        }
         match locate(dir, path, follow) {
             Ok(chain) => Ok(chain),
             Err(Some(e)) => Err(e),
@@ -358,9 +432,7 @@ impl Guarded<'_> {
         if !self.guard.active() {
             return Ok(());
         }
-        let Some(path) = real_path(self.host_fd(fd)?) else {
-            return Err(self.guard.unknown(op));
-        };
+        let path = self.where_is(op, fd)?;
         self.guard.judge(op, &path, write, false)
     }
 }
@@ -515,11 +587,10 @@ impl fs::HostDescriptor for Guarded<'_> {
         let opened = fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags)?;
         // Judged again where the kernel says the new descriptor lies (a link
         // swapped in since the check lands here).
-        let landed = match real_path(self.host_fd(&opened)?) {
-            Some(p) => self.guard.judge(op, &p, write, false),
-            None => Err(self.guard.unknown(op)),
-        };
+        self.guard.paths.remove(&opened.rep());
+        let landed = self.where_is(op, &opened).and_then(|p| self.guard.judge(op, &p, write, false));
         if let Err(e) = landed {
+            self.guard.paths.remove(&opened.rep());
             fs::HostDescriptor::drop(&mut self.fs, opened).map_err(FsError::trap)?;
             return Err(e);
         }
@@ -527,6 +598,8 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
+        // Handles are reused: a later descriptor must not inherit this one's path.
+        self.guard.paths.remove(&fd.rep());
         fs::HostDescriptor::drop(&mut self.fs, fd)
     }
 
@@ -549,7 +622,10 @@ impl fs::HostDescriptor for Guarded<'_> {
     ) -> FsResult<()> {
         self.check_at("rename", &fd, &old_path, false, true, true)?;
         self.check_at("rename onto", &new_fd, &new_path, false, true, true)?;
-        fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path)
+        let renamed = fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path);
+        // Any descriptor may lie beneath what moved: ask the kernel again.
+        self.guard.paths.clear();
+        renamed
     }
 
     fn symlink_at(&mut self, fd: Resource<fs::Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
@@ -739,13 +815,28 @@ mod tests {
         assert_eq!(at("l", true).unwrap(), [root.join("l"), root.join("a/b")]);
         assert_eq!(at("l/", false).unwrap(), [root.join("l"), root.join("a/b")], "a trailing slash follows");
         assert_eq!(at("a/b/up", true).unwrap(), [root.join("a/b/up"), root.join("a")]);
-        assert_eq!(at(".", false).unwrap(), [root.clone()]);
+        assert_eq!(at(".", false).unwrap(), std::slice::from_ref(&root));
         assert!(at("..", false).is_err(), "above the descriptor");
         assert!(at("a/../../x", false).is_err(), "above the descriptor");
         assert!(at("/etc/passwd", false).is_err(), "absolute");
         assert!(at("abs", true).is_err(), "an absolute link is refused like cap-std does");
         assert!(at("loop", true).is_err());
         assert_eq!(at("abs", false).unwrap(), [root.join("abs")], "the link itself may be judged");
+        // The fast way agrees with the kernel's wherever it answers, and
+        // declines wherever a link or `..` is on the way.
+        let plain = |p: &str, follow| locate_plain(fd.as_fd(), &root, p, follow);
+        for p in ["a", "a/b", "./a//b/", "a/b/new", "new", "a/./b/.", "l", "a/b/up"] {
+            if let Some(fast) = plain(p, false) {
+                assert_eq!(fast, at(p, false).unwrap(), "{p}");
+            }
+        }
+        assert_eq!(plain("a/b/new", true).unwrap(), [root.join("a/b/new")]);
+        assert_eq!(plain("l", false).unwrap(), [root.join("l")]);
+        for (p, follow) in
+            [("l", true), ("l/x", false), ("l/", false), ("a/../a", false), ("/a", false), ("a/b/up", true)]
+        {
+            assert!(plain(p, follow).is_none(), "{p}");
+        }
     }
 
     #[test]
