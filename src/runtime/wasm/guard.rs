@@ -565,7 +565,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         // A second name for a protected file would be a way to write it, and
         // for a denied one a way to read it: the source is judged as a write.
         self.check_at("link", &fd, &old_path, follows(old_path_flags), true, false)?;
-        self.check_at("link", &new_descriptor, &new_path, false, true, false)?;
+        self.check_at("link", &new_descriptor, &new_path, false, true, true)?;
         fs::HostDescriptor::link_at(&mut self.fs, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
 
@@ -629,7 +629,10 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn symlink_at(&mut self, fd: Resource<fs::Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
-        self.check_at("create the link", &fd, &dest_path, false, true, false)?;
+        // A link in place of a directory a protected path lies beneath (`.git`
+        // absent, `.git -> elsewhere`) would move that path where the rules
+        // do not look, while the host's git still finds it by name.
+        self.check_at("create the link", &fd, &dest_path, false, true, true)?;
         fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
     }
 
@@ -748,6 +751,7 @@ mod tests {
                 rule(".git/hooks", Deny::Write, Kind::Dir, "protected: hooks"),
                 rule(".git/config", Deny::Write, Kind::File, "protected: config"),
                 rule("secrets", Deny::Read, Kind::Dir, "fs.deny_read"),
+                rule(".vscode/tasks.json", Deny::Write, Kind::Absent, "protected: editor tasks"),
             ],
             patterns: vec![DenyPattern {
                 pattern: format!("{}/**/.env", ws.display()),
@@ -905,6 +909,11 @@ mod tests {
         assert_eq!(code(g.rename_at(d(root), ".git".into(), d(root), "git".into())), ro, "a pinned ancestor");
         assert_eq!(code(g.rename_at(d(root), "src".into(), d(root), ".git".into())), ro, "onto a pinned ancestor");
         assert_eq!(code(g.remove_directory_at(d(root), ".git/hooks".into())), ro);
+        // An absent protected path: no link where its directory would be, nothing created there.
+        assert_eq!(code(g.symlink_at(d(root), "src".into(), ".vscode".into())), ro);
+        assert_eq!(code(g.link_at(d(root), nofollow(), "src/main.rs".into(), d(root), ".vscode".into())), ro);
+        assert!(g.create_directory_at(d(root), ".vscode".into()).is_ok());
+        assert_eq!(code(open(&mut g, root, ".vscode/tasks.json", create, wr)), ro);
         let now = fs::NewTimestamp::Now;
         assert_eq!(code(g.set_times_at(d(root), nofollow(), ".git/config".into(), now, now)), ro);
         // A directory descriptor for .git: operations relative to it are judged where they land.
