@@ -132,7 +132,7 @@ fn routes(t: &Target, runtime: &str) -> Vec<Route> {
     let all: &[Route] = match runtime {
         "process" => &[Write, Remove, Rename, Symlink, ViaSymlink, HardlinkOut, HardlinkIn, ParentRename],
         "component" => &[Write, Edit, Remove, Rename, Copy, ViaSymlink, ParentRename],
-        _ => &[Write, Remove, Rename, Symlink, ParentRename],
+        _ => &[Write, Remove, Rename, Symlink, HardlinkOut, HardlinkIn, ParentRename],
     };
     let nested = t.rel.contains('/');
     all.iter()
@@ -585,6 +585,16 @@ fn server_case(s: &Scene, t: &Target) -> Observed {
                     json!({"op": "symlink", "target": evil_path, "path": lnk}),
                     json!({"op": "rename", "source": lnk, "dest": f}),
                 ],
+                Route::HardlinkOut => vec![
+                    json!({"op": "link", "source": f, "dest": lnk}),
+                    json!({"op": "write", "path": lnk, "text": p.evil(), "mode": "755"}),
+                ],
+                Route::HardlinkIn if t.exists => vec![
+                    write_evil,
+                    json!({"op": "link", "source": evil_path, "dest": lnk}),
+                    json!({"op": "rename", "source": lnk, "dest": f}),
+                ],
+                Route::HardlinkIn => vec![write_evil, json!({"op": "link", "source": evil_path, "dest": f})],
                 Route::ParentRename => vec![
                     json!({"op": "rename", "source": p.top(), "dest": p.ws.join("moved-away")}),
                     json!({"op": "mkdir", "path": p.file.parent().unwrap()}),
