@@ -714,6 +714,99 @@ fn deny_component(s: &Scene, calls: &[(&str, Value)], setup: fn(&Path)) -> Obser
 
 fn nothing(_: &Path) {}
 
+// ---------------------------------------------------------------- fs.deny_write and fs.unprotect
+
+/// `fs.deny_write = ["{workspace}/vendor"]` against a process tool: write, remove, rename into and out of,
+/// a parent rename and a link; `vendor/lib.txt` must be unchanged, the ordinary write must succeed.
+fn deny_write_process(s: &Scene) -> Observed {
+    let ws = s.ws("deny-write");
+    std::fs::create_dir_all(ws.join("vendor")).unwrap();
+    std::fs::write(ws.join("vendor/lib.txt"), "vendored\n").unwrap();
+    let home = s.side_dir("home");
+    let script = "cat vendor/lib.txt; echo evil > vendor/lib.txt; rm -f vendor/lib.txt; echo x > vendor/new.txt; \
+                  mv vendor v2; ln -s /tmp vendor/l; echo evil > e && mv -f e vendor/lib.txt; echo \"exit=$?\"; \
+                  echo ordinary > ordinary-write.txt";
+    let r = call_in(
+        s,
+        &ws,
+        &home,
+        &shell_policy(false, "fs.deny_write = [\"{workspace}/vendor\"]\n"),
+        "shell",
+        &json!({ "command": script }),
+    );
+    let intact = std::fs::read_to_string(ws.join("vendor/lib.txt")).ok().as_deref() == Some("vendored\n")
+        && !ws.join("vendor/new.txt").exists()
+        && !ws.join("v2").exists()
+        && std::fs::symlink_metadata(ws.join("vendor/l")).is_err();
+    let read = r.out().contains("vendored");
+    let ran = ordinary_written(&ws, "ordinary-write.txt", &r);
+    let ok = intact && read && ran.is_ok();
+    let why = match (intact, read, ran) {
+        (false, _, _) => "vendor/ was changed on the host: ".to_string(),
+        (_, false, _) => "not proven: vendor/lib.txt was not readable: ".to_string(),
+        (_, _, Err(e)) => format!("not proven: {e}: "),
+        _ => String::new(),
+    };
+    Observed::new(ok, format!("{why}{}", clip(&r.brief(), 240)))
+}
+
+/// The same through the builtin tools.
+fn deny_write_builtin(s: &Scene) -> Observed {
+    let k = s.kit("deny-write-c", &fs_tools("fs.deny_write = [\"{workspace}/vendor\"]\n"));
+    std::fs::create_dir_all(k.ws.join("vendor")).unwrap();
+    std::fs::write(k.ws.join("vendor/lib.txt"), "vendored\n").unwrap();
+    let calls = [
+        ("write_file", json!({"path": "vendor/lib.txt", "content": "evil"})),
+        ("edit_file", json!({"path": "vendor/lib.txt", "old": "vendored", "new": "evil"})),
+        ("delete_file", json!({"path": "vendor/lib.txt"})),
+        ("write_file", json!({"path": "vendor/new.txt", "content": "x"})),
+        ("move_file", json!({"source": "vendor", "dest": "v2"})),
+        ("create_directory", json!({"path": "vendor/sub"})),
+    ];
+    let said: Vec<String> = calls.iter().map(|(t, a)| format!("{t}: {}", brief(&k.call(t, a.clone())))).collect();
+    let read = text(&k.call("read_file", json!({"path": "vendor/lib.txt"}))).contains("vendored");
+    let ordinary = k.call("write_file", json!({"path": "ordinary-write.txt", "content": "ordinary"}));
+    let intact = std::fs::read_to_string(k.ws.join("vendor/lib.txt")).ok().as_deref() == Some("vendored\n")
+        && !k.ws.join("vendor/new.txt").exists()
+        && !k.ws.join("v2").exists()
+        && !k.ws.join("vendor/sub").exists();
+    let ok = intact && read && ordinary.error.is_none();
+    let why = if !intact {
+        "vendor/ was changed on the host: "
+    } else if !read || ordinary.error.is_some() {
+        "not proven (the read or the ordinary write failed): "
+    } else {
+        ""
+    };
+    Observed::new(ok, format!("{why}{}", clip(&said.join("; "), 300)))
+}
+
+/// `fs.unprotect = ["{workspace}/.envrc"]` releases that entry only: the tool writes
+/// `.envrc`, and `.git/hooks/pre-commit` stays protected in the same call.
+fn unprotect_one(s: &Scene) -> Observed {
+    let t = GIT_HOOK;
+    let p = prepare(s, "unprotect", &t, None);
+    let script = format!(
+        "echo 'export RELEASED=1' > .envrc; echo \"envrc=$?\"; printf '%s\\n' {} > .git/hooks/pre-commit; echo \"hook=$?\"; \
+         echo ordinary > ordinary-write.txt",
+        q(Path::new(&p.evil()))
+    );
+    let r = call_in(
+        s,
+        &p.ws,
+        &p.home,
+        &shell_policy(false, "fs.unprotect = [\"{workspace}/.envrc\"]\n"),
+        "shell",
+        &json!({ "command": script }),
+    );
+    let released = std::fs::read_to_string(p.ws.join(".envrc")).is_ok_and(|t| t.contains("RELEASED"));
+    let ran = ordinary_written(&p.ws, "ordinary-write.txt", &r);
+    let (held, line) = judge(&p, &t, Route::Write, ran, &r.brief());
+    let ok = held && released;
+    let pre = if released { "" } else { "the released .envrc could not be written: " };
+    Observed::new(ok, format!("{pre}.envrc released: {released}; {line}"))
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case(
@@ -815,6 +908,27 @@ pub(crate) fn cases() -> Vec<Case> {
         git_config_case(s, Layout::GitFile, "core.hooksPath", "evilhooks")
     }));
 
+    v.push(case(
+        "deny-write/process",
+        "process",
+        "fs.deny_write = {workspace}/vendor: overwrite, remove, create, rename the directory, link into it, rename over".into(),
+        "each refused (read-only); vendor/lib.txt readable and unchanged; the ordinary write succeeds",
+        deny_write_process,
+    ));
+    v.push(case(
+        "deny-write/builtin",
+        "component",
+        "fs.deny_write = {workspace}/vendor: write_file, edit_file, delete_file, a new file, move_file of the directory, create_directory".into(),
+        "each refused by the WASI host; vendor/lib.txt readable and unchanged; the ordinary write succeeds",
+        deny_write_builtin,
+    ));
+    v.push(case(
+        "persist-unprotect-one/process",
+        "process",
+        "fs.unprotect = {workspace}/.envrc: write .envrc (released) and .git/hooks/pre-commit (not released) in one call".into(),
+        ".envrc written; the hook refused and unchanged; host git runs no planted hook",
+        unprotect_one,
+    ));
     let dp = |id: &'static str, attempt: &str, run: fn(&Scene) -> Observed| {
         case(
             id,
