@@ -7,6 +7,10 @@
 //! address), no name lookup unless a granted destination is a host name.
 //! Memory is capped by a [`ResourceLimiter`], time by an epoch deadline (a
 //! ticker thread advances the epoch every [`TICK`]) and by an outer wait.
+//! The protected and denied paths of the call ([`Walls::protect`]) are
+//! enforced in the filesystem interface itself ([`guard`]): wasmtime-wasi's
+//! own implementation behind a wrapper that judges every path where it really
+//! lies, and a failed call names the path refused and the key that releases it.
 //!
 //! Configuration is in one place, [`engine_config`]; each call gets a fresh
 //! `Store` from a cached `InstancePre`.
