@@ -8,7 +8,7 @@
 //! Memory is capped by a [`ResourceLimiter`], time by an epoch deadline (a
 //! ticker thread advances the epoch every [`TICK`]) and by an outer wait.
 //! The protected and denied paths of the call ([`Walls::protect`]) are
-//! enforced in the filesystem interface itself ([`guard`]): wasmtime-wasi's
+//! enforced in the filesystem interface itself (module `guard`): wasmtime-wasi's
 //! own implementation behind a wrapper that judges every path where it really
 //! lies, and a failed call names the path refused and the key that releases it.
 //!
