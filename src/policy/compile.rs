@@ -41,6 +41,9 @@ pub const SYSTEM_READ: &[&str] = &[
     "/etc/resolv.conf",
     "/etc/gai.conf",
     "/etc/mime.types",
+    "/etc/debian_version",
+    "/etc/os-release",
+    "/etc/lsb-release",
     "/dev/urandom",
     "/dev/random",
 ];

@@ -185,13 +185,23 @@ impl Walls {
         .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
         let mut env = Vec::new();
         // TMPDIR, TMP and TEMP: the call's own {tmp} (the first writable
-        // directory in it), unless the policy sets them.
+        // directory in it), unless the policy sets or passes them.
         if let Some(t) = &tmp {
             let writable_tmp = dirs.iter().filter(|(p, w)| *w && p.starts_with(&t.path)).map(|(p, _)| p).min();
             if let Some(dir) = writable_tmp {
-                for var in ["TMPDIR", "TMP", "TEMP"] {
+                let dir = dir.to_string_lossy();
+                // Caches that programs would otherwise leave in the workspace
+                // (Python's __pycache__, pytest's .pytest_cache) go there too.
+                let defaults = [
+                    ("TMPDIR", dir.to_string()),
+                    ("TMP", dir.to_string()),
+                    ("TEMP", dir.to_string()),
+                    ("PYTHONPYCACHEPREFIX", format!("{dir}/pycache")),
+                    ("PYTEST_ADDOPTS", format!("-o cache_dir={dir}/pytest-cache")),
+                ];
+                for (var, value) in defaults {
                     if !g.env_set.contains_key(var) && !g.env_pass.iter().any(|p| p == var) {
-                        env.push((var.to_string(), dir.to_string_lossy().into_owned()));
+                        env.push((var.to_string(), value));
                     }
                 }
             }

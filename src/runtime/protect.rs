@@ -243,7 +243,27 @@ impl Protection {
             }
             out.protect_git(root, &roots, home.as_deref());
         }
-        out.rules.retain(|r| !input.unprotect.iter().any(|u| *u == r.path));
+        out.rules.retain(|r| !input.unprotect.contains(&r.path));
+        // An absent entry whose parent is absent too (`{home}/.config/git` with no
+        // `.config`): nothing can be mounted there, so the highest absent
+        // directory on the way is covered instead (no `.config` can be made).
+        for r in &mut out.rules {
+            if r.kind != Kind::Absent {
+                continue;
+            }
+            let mut at = r.path.clone();
+            while let Some(parent) = at.parent()
+                && parent != r.root
+                && parent.starts_with(&r.root)
+                && fs_kind(parent).is_none()
+            {
+                at = parent.to_path_buf();
+            }
+            if at != r.path {
+                r.why = format!("{} (covering {}, which does not exist)", r.why, r.path.display());
+                r.path = at;
+            }
+        }
         for entry in input.deny {
             let deny = if entry.read { Deny::Read } else { Deny::Write };
             let key = if entry.read { "fs.deny_read" } else { "fs.deny_write" };
@@ -679,7 +699,7 @@ impl Placeholders {
                 if attempts > 20 {
                     return Err(format!("cannot hold a placeholder at {}: it keeps changing", rule.path.display()));
                 }
-                let created = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o555)) {
+                let created = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700)) {
                     Ok(()) => true,
                     Err(rustix::io::Errno::EXIST) => false,
                     Err(e) => return Err(format!("cannot create a placeholder at {}: {e}", rule.path.display())),
@@ -699,6 +719,8 @@ impl Placeholders {
                 if created {
                     let _ = rustix::fs::fsetxattr(&fd, PLACEHOLDER_XATTR, b"1", rustix::fs::XattrFlags::empty());
                 }
+                // One left by a warden that died is held like any other, and
+                // removed by the last call to let go of it.
                 if rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_err() {
                     return Err(format!("cannot lock the placeholder {}", rule.path.display()));
                 }
@@ -717,12 +739,18 @@ impl Placeholders {
     }
 }
 
+/// Whether the directory open at `fd` carries warden's placeholder mark.
+fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
+    let mut mark = [0u8; 1];
+    rustix::fs::fgetxattr(fd, PLACEHOLDER_XATTR, &mut mark).is_ok()
+}
+
 impl Drop for Placeholders {
     fn drop(&mut self) {
         for (path, fd) in self.held.drain(..) {
-            let mut mark = [0u8; 1];
-            let ours = rustix::fs::fgetxattr(&fd, PLACEHOLDER_XATTR, &mut mark).is_ok();
-            if ours && rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            if is_placeholder(&fd)
+                && rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+            {
                 // Only an empty directory goes (rmdir refuses anything else).
                 let _ = std::fs::remove_dir(&path);
             }
