@@ -704,3 +704,146 @@ fn a_cancelled_call_leaves_no_process_behind() {
     let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
     assert_eq!((last["status"].as_str(), last["error_code"].as_str()), (Some("cancelled"), Some("CANCELLED")));
 }
+
+/// A policy whose shell tool has `fs.deny_write` and `fs.deny_read` entries
+/// inside its grants (issue 17), and `{system}`.
+fn masked_policy(env: &Env) -> String {
+    let text = "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\", \"{tmp}\"]\n\
+         fs.deny_write = [\"{workspace}/vendor/lib\", \"{workspace}/vendor/pinned.txt\"]\n\
+         fs.deny_read = [\"{workspace}/secrets\", \"{workspace}/conf/key.pem\"]\n\
+         env = { pass = [\"PATH\"], set = { HOME = \"{tmp}\" } }\nlimits = { timeout = \"10s\" }\n";
+    let path = env.root.path().join("masked.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// Protected and denied paths are enforced by mounts in the call's own mount
+/// namespace, as root and as an ordinary user (through a user namespace).
+#[test]
+fn deny_write_and_deny_read_hold_by_mounts_in_the_calls_namespace() {
+    let env = Env::new();
+    for d in ["vendor/lib", "secrets", "conf"] {
+        std::fs::create_dir_all(env.ws.join(d)).unwrap();
+    }
+    std::fs::write(env.ws.join("vendor/lib/a.txt"), "A").unwrap();
+    std::fs::write(env.ws.join("vendor/pinned.txt"), "P").unwrap();
+    std::fs::write(env.ws.join("secrets/token"), "TOKEN-4242").unwrap();
+    std::fs::write(env.ws.join("conf/key.pem"), "PEM-4242").unwrap();
+    std::os::unix::fs::symlink("secrets/token", env.ws.join("link")).unwrap();
+    let p = masked_policy(&env);
+    let r = shell_with(
+        &env,
+        &p,
+        "echo x > vendor/lib/a.txt || echo W-LIB; echo x > vendor/pinned.txt || echo W-FILE; \
+         touch vendor/lib/new || echo CREATE-LIB; mv vendor v2 || echo MV-PARENT; rm -rf vendor/lib || echo RM-LIB; \
+         touch vendor/beside && echo BESIDE-OK; cat vendor/lib/a.txt; echo; \
+         cat secrets/token || echo R-DIR; ls secrets || echo LS-DIR; cat link || echo R-LINK; \
+         cat conf/../secrets/token || echo R-DOTDOT; cat conf/key.pem || echo R-FILE; \
+         mv secrets s2 || echo MV-MASK; false",
+    );
+    let res = result(&r);
+    let out = res["stdout"].as_str().unwrap();
+    for want in [
+        "W-LIB",
+        "W-FILE",
+        "CREATE-LIB",
+        "MV-PARENT",
+        "RM-LIB",
+        "BESIDE-OK",
+        "R-DIR",
+        "LS-DIR",
+        "R-LINK",
+        "R-DOTDOT",
+        "R-FILE",
+        "MV-MASK",
+    ] {
+        assert!(out.contains(want), "{want} missing: {r:?}");
+    }
+    assert!(out.contains("A\n"), "a read-only path stays readable: {r:?}");
+    assert!(!out.contains("4242"), "a denied path was read: {r:?}");
+    let err = res["stderr"].as_str().unwrap();
+    assert!(err.contains("Read-only file system") && err.contains("Device or resource busy"), "{r:?}");
+    assert!(res["protected"].as_str().unwrap().contains("vendor/lib"), "the model is told why: {r:?}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("vendor/lib/a.txt")).unwrap(), "A");
+    assert_eq!(std::fs::read_to_string(env.ws.join("vendor/pinned.txt")).unwrap(), "P");
+    assert!(env.ws.join("vendor/beside").exists() && env.ws.join("secrets/token").exists());
+    let rec = env.audit_records().pop().unwrap();
+    assert_eq!(rec["sandbox"]["paths"], "mount-namespace", "{rec}");
+    assert_eq!(rec["sandbox"]["proc"], "private", "{rec}");
+    let ns: Vec<&str> = rec["sandbox"]["namespaces"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    let want: &[&str] =
+        if nix::unistd::geteuid().is_root() { &["mount", "pid", "ipc"] } else { &["user", "mount", "pid", "ipc"] };
+    assert_eq!(ns, want, "{rec}");
+}
+
+/// `warden ARGS` with `WARDEN_NAMESPACES=off`.
+fn without_namespaces(env: &Env, args: &[&str]) -> Run {
+    let out = env.command(args).env("WARDEN_NAMESPACES", "off").output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// With `WARDEN_NAMESPACES=off` a call with protected paths is refused in
+/// enforce mode (naming the paths and what to do), and runs unmasked in
+/// best-effort mode, saying so.
+#[test]
+fn without_namespaces_protected_paths_refuse_the_call_in_enforce_mode() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.ws.join("vendor/lib")).unwrap();
+    std::fs::write(env.ws.join("vendor/pinned.txt"), "P").unwrap();
+    std::fs::create_dir_all(env.ws.join("secrets")).unwrap();
+    std::fs::create_dir_all(env.ws.join("conf")).unwrap();
+    std::fs::write(env.ws.join("conf/key.pem"), "PEM").unwrap();
+    let p = masked_policy(&env);
+    let r = without_namespaces(&env, &["--policy", &p, "call", "shell", &json!({"command": "echo RAN"}).to_string()]);
+    assert_eq!(r.error_code(), "SANDBOX_UNAVAILABLE", "{r:?}");
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("vendor/lib") && msg.contains("WARDEN_NAMESPACES") && msg.contains("best-effort"), "{msg}");
+
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("version = 1\n", "version = 1\n[sandbox]\nmode = \"best-effort\"\n");
+    std::fs::write(&p, text).unwrap();
+    let r = without_namespaces(
+        &env,
+        &["--policy", &p, "call", "shell", &json!({"command": "echo $$; echo RAN"}).to_string()],
+    );
+    let res = result(&r);
+    assert!(res["stdout"].as_str().unwrap().ends_with("RAN\n"), "{r:?}");
+    assert_ne!(res["stdout"].as_str().unwrap(), "1\nRAN\n", "no pid namespace with WARDEN_NAMESPACES=off: {r:?}");
+    assert_eq!(res["sandbox"]["paths"], "none", "{r:?}");
+    assert_eq!(res["sandbox"]["proc"], "host", "{r:?}");
+}
+
+/// `/proc` is the call's own pid namespace's (with `{system}`), `/dev/shm` a
+/// private tmpfs; the tool is pid 1 and its end is the call's.
+#[test]
+fn proc_and_dev_shm_are_the_calls_own() {
+    let env = Env::new();
+    let marker = format!("warden-shm-{}", std::process::id());
+    let host_shm = Path::new("/dev/shm").join(&marker);
+    let r = shell(
+        &env,
+        &format!(
+            "echo pid=$$; echo procs=$(ls /proc | grep -c '^[0-9]'); grep -c ^Name: /proc/self/status; \
+             echo data > /dev/shm/{marker} && echo SHM-OK; ls /dev/shm | wc -l; \
+             stat -f -c %T /dev/shm; cat /proc/sys/kernel/ostype; echo 1 > /proc/sys/kernel/ostype || echo SYS-RO"
+        ),
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    assert!(out.contains("pid=1\n"), "{r:?}");
+    let procs: u32 = out.lines().find_map(|l| l.strip_prefix("procs=")).unwrap().parse().unwrap();
+    assert!(procs <= 4, "only the call's processes are in /proc: {r:?}");
+    assert!(out.contains("SHM-OK\n1\ntmpfs\nLinux\n") && out.contains("SYS-RO"), "{r:?}");
+    assert!(!host_shm.exists(), "the call's /dev/shm is private");
+    // A signal ends the call as it ended the tool (pid 1 of a namespace
+    // ignores signals it sends itself, so a real fault).
+    let r = shell(&env, &format!("exec {PYTHON} -c 'import ctypes; ctypes.string_at(0)'"));
+    assert_eq!(result(&r)["signal"], "SIGSEGV", "{r:?}");
+    let r = shell(&env, "exit 7");
+    assert_eq!(result(&r)["exit_code"], 7, "{r:?}");
+}
