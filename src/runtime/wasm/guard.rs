@@ -102,12 +102,16 @@ pub(super) struct Guard {
     /// descriptor is dropped, and all of it after a rename (which may have
     /// moved any of them).
     paths: HashMap<u32, PathBuf>,
+    /// Whether anything is denied to read (otherwise reads are not judged).
+    reads: bool,
 }
 
 impl Guard {
     /// A guard for one call.
     pub(super) fn new(protect: Protection) -> Guard {
-        Guard { protect, refusal: None, paths: HashMap::new() }
+        let reads =
+            protect.rules.iter().any(|r| r.deny == Deny::Read) || protect.patterns.iter().any(|p| p.deny == Deny::Read);
+        Guard { protect, refusal: None, paths: HashMap::new(), reads }
     }
 
     /// The latest refusal, if any.
@@ -121,8 +125,9 @@ impl Guard {
         self.refusal.as_ref().map(Refusal::message)
     }
 
-    fn active(&self) -> bool {
-        !self.protect.is_empty()
+    /// Whether an access (a read, or a write) can be refused at all.
+    fn active(&self, write: bool) -> bool {
+        if write { !self.protect.is_empty() } else { self.reads }
     }
 
     /// Judges `path` for a read (`write` false) or a write; `pinned`: the
@@ -420,7 +425,7 @@ impl Guarded<'_> {
         write: bool,
         pinned: bool,
     ) -> FsResult<()> {
-        if !self.guard.active() {
+        if !self.guard.active(write) {
             return Ok(());
         }
         let chain = self.reach(op, fd, path, follow)?;
@@ -429,7 +434,7 @@ impl Guarded<'_> {
 
     /// Judges an operation on the descriptor itself.
     fn check_fd(&mut self, op: &'static str, fd: &Resource<Descriptor>, write: bool) -> FsResult<()> {
-        if !self.guard.active() {
+        if !self.guard.active(write) {
             return Ok(());
         }
         let path = self.where_is(op, fd)?;
@@ -577,11 +582,11 @@ impl fs::HostDescriptor for Guarded<'_> {
         oflags: fs::OpenFlags,
         flags: fs::DescriptorFlags,
     ) -> FsResult<Resource<fs::Descriptor>> {
-        if !self.guard.active() {
-            return fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags);
-        }
         let write = oflags.intersects(fs::OpenFlags::CREATE | fs::OpenFlags::TRUNCATE | fs::OpenFlags::EXCLUSIVE)
             || flags.intersects(fs::DescriptorFlags::WRITE | fs::DescriptorFlags::MUTATE_DIRECTORY);
+        if !self.guard.active(write) {
+            return fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags);
+        }
         let op = if write { "open for writing" } else { "open" };
         self.check_at(op, &fd, &path, follows(path_flags), write, false)?;
         let opened = fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags)?;
@@ -678,7 +683,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         path_flags: fs::PathFlags,
         path: String,
     ) -> FsResult<fs::MetadataHashValue> {
-        if !self.guard.active() {
+        if !self.guard.active(false) {
             return fs::HostDescriptor::metadata_hash_at(&mut self.fs, fd, path_flags, path);
         }
         let chain = self.reach("stat", &fd, &path, follows(path_flags))?;
@@ -765,6 +770,12 @@ mod tests {
         b.preopened_dir(ws.join("secrets"), "/s", FsPerms::ReadWrite).unwrap();
         let wasi = Wasi { ctx: b.build(), table: wasmtime::component::ResourceTable::new() };
         Ws { _dir: dir, ws, wasi, guard: Guard::new(protect) }
+    }
+
+    impl Guarded<'_> {
+        fn paths(&self) -> &HashMap<u32, PathBuf> {
+            &self.guard.paths
+        }
     }
 
     impl Ws {
@@ -938,6 +949,23 @@ mod tests {
         assert!(refusal.contains(".git/config") && refusal.contains("fs.unprotect"), "{refusal}");
         assert!(!std::fs::exists(ws.join(".git/hooks/pre-commit")).unwrap());
         assert_eq!(std::fs::read_to_string(ws.join(".git/config")).unwrap(), "[core]");
+    }
+
+    /// With nothing denied to read (the built-in protected paths alone), reads
+    /// are not judged at all, and writes still are.
+    #[test]
+    fn reads_are_not_judged_when_nothing_is_denied_to_read() {
+        let mut w = ws();
+        w.guard.protect.rules.retain(|r| r.deny == Deny::Write);
+        w.guard.protect.patterns.clear();
+        w.guard = Guard::new(std::mem::take(&mut w.guard.protect));
+        let (mut g, root, _) = w.fs();
+        let cfg = open(&mut g, root, ".git/config", fs::OpenFlags::empty(), READ).unwrap();
+        assert!(g.paths().is_empty(), "a read was located");
+        assert_eq!(code(g.write_via_stream(d(cfg), 0).map(|s| s.rep())), Some(ErrorCode::ReadOnly));
+        let wr = fs::DescriptorFlags::WRITE;
+        assert_eq!(code(open(&mut g, root, ".git/hooks/x", fs::OpenFlags::CREATE, wr)), Some(ErrorCode::ReadOnly));
+        assert!(open(&mut g, root, ".env", fs::OpenFlags::empty(), READ).is_ok());
     }
 
     #[test]
