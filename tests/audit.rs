@@ -66,6 +66,13 @@ exec = ["/bin/cat", "{path}"]
 tier = "ask"
 fs.read = ["{system}", "{home}/linked"]   # WL113
 
+[tools.settings]
+exec = ["/bin/true"]
+tier = "ask"
+fs.read = ["{system}"]
+fs.write = ["{workspace}"]
+fs.unprotect = ["{workspace}/.vscode"]   # WL116
+
 [tools.fetch]
 exec = ["/bin/true", "{url}"]
 tier = "ask"
