@@ -44,7 +44,9 @@ pub fn run_main() -> ! {
             Err(e) => report(false, e),
         },
         "ptrace" => {
-            let parent = nix::unistd::getppid().as_raw();
+            // warden's pid as warden sees it (in a pid namespace of the call's
+            // own it names nothing, or something else, and getppid() says 0).
+            let parent: i32 = arg.parse().unwrap_or_else(|_| nix::unistd::getppid().as_raw());
             // SAFETY: PTRACE_ATTACH takes a pid and ignores the address and data arguments.
             let r = unsafe { libc::ptrace(libc::PTRACE_ATTACH, parent, 0, 0) };
             if r == 0 {
@@ -105,7 +107,12 @@ pub fn run_main() -> ! {
                     // SAFETY: setsid has no preconditions; its failure is what the sandbox should cause.
                     let detached = unsafe { libc::setsid() } >= 0;
                     let note = format!("{} {}", std::process::id(), if detached { "detached" } else { "attached" });
-                    let _ = std::fs::write(&arg, note);
+                    // Held for as long as this process lives: the host's proof of life
+                    // (a pid means nothing outside the call's pid namespace).
+                    let held = std::fs::write(&arg, note).and_then(|()| std::fs::File::open(&arg));
+                    if let Ok(f) = &held {
+                        let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive);
+                    }
                     loop {
                         // SAFETY: pause has no preconditions.
                         unsafe { libc::pause() };
@@ -132,7 +139,9 @@ pub fn run_main() -> ! {
             std::process::exit(0)
         }
         "prlimit" => {
-            let parent = nix::unistd::getppid().as_raw();
+            // warden's pid as warden sees it (in a pid namespace of the call's
+            // own it names nothing, or something else, and getppid() says 0).
+            let parent: i32 = arg.parse().unwrap_or_else(|_| nix::unistd::getppid().as_raw());
             let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             // SAFETY: prlimit64 reads one rlimit struct from a valid pointer and writes nothing (old is NULL).
             let r = unsafe { libc::syscall(libc::SYS_prlimit64, parent, libc::RLIMIT_FSIZE, &zero, 0usize) };

@@ -112,11 +112,12 @@ fn layers(out: &Result<RunOutput, CallError>) -> String {
     }
 }
 
-fn alive(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().next() != Some("Z")))
-        .unwrap_or(false)
+/// Whether the daemon that wrote `note` still lives: it holds an exclusive
+/// `flock` on the file for as long as it does (its pid is its pid namespace's,
+/// meaningless here), and the kernel drops the lock when it dies.
+fn alive(note: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(note) else { return false };
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
 /// Runs every case under `mode`; `cache_dir` is the component cache.
@@ -162,7 +163,7 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         ("ptrace", vec!["ptrace".into()], "PTRACE_ATTACH to warden is refused", Duration::from_secs(10)),
         (
             "rlimits of warden",
-            vec!["prlimit".into()],
+            vec!["prlimit".into(), std::process::id().to_string()],
             "prlimit64(warden, RLIMIT_FSIZE = 0) is refused",
             Duration::from_secs(10),
         ),
@@ -201,7 +202,7 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
                 let note = std::fs::read_to_string(&daemon_file).unwrap_or_default();
                 let pid = note.split_whitespace().next().unwrap_or("");
                 std::thread::sleep(Duration::from_millis(50));
-                let survived = !pid.is_empty() && alive(pid);
+                let survived = !pid.is_empty() && alive(&daemon_file);
                 (
                     format!(
                         "{}; descendant {}{}",
