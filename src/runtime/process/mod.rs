@@ -154,6 +154,8 @@ impl ServerProcess {
         let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
         kill_group(self.pid, self.cgroup.as_ref());
         self.cgroup = None;
+        // Its mounts are gone with its processes: the placeholders may go too.
+        self._placeholders = None;
         status
     }
 }
