@@ -271,60 +271,55 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "fs-proc-warden-root/process",
             "process",
-            "cat /proc/$PPID/root/SECRET (warden's root) with /proc granted",
-            "Permission denied (Landlock's ptrace scoping and the path check)",
-            |s| {
-                let ws = s.ws("ppid-root");
-                let r = s.shell(&ws, SHELL_PROC, &format!("cat /proc/$PPID/root{}", s.secret_file.display()));
-                refused(s, &r, 1)
-            },
+            "cat SECRET through /proc/PID/root of warden, with /proc granted: by warden's host pid (handed in), by \
+             getppid(), and by every pid of the tool's /proc that is not its own",
+            "no route reaches warden: its host pid names nothing in the call's pid namespace (ENOENT) or Landlock \
+             refuses (EACCES); any other pid found is refused too; the secret never appears",
+            |s| proc_warden(s, "root"),
         ),
         c(
             "fs-proc-warden-environ/process",
             "process",
-            "cat /proc/$PPID/environ: warden's environment holds the secret as WARDEN_ESCAPE_CANARY",
-            "Permission denied; the canary never appears",
-            |s| {
-                let ws = s.ws("ppid-environ");
-                let r = s.shell(&ws, SHELL_PROC, "cat /proc/$PPID/environ; tr '\\0' '\\n' < /proc/$PPID/environ");
-                refused(s, &r, 2)
-            },
+            "read /proc/PID/environ of warden (its environment holds the secret as WARDEN_ESCAPE_CANARY): by its host \
+             pid, getppid() and every pid the tool's /proc lists beside its own",
+            "no environment but the tool's own is read (ENOENT in the pid namespace, EACCES without); the canary never \
+             appears",
+            |s| proc_warden(s, "environ"),
         ),
         c(
             "fs-proc-warden-mem/process",
             "process",
-            "read warden's memory map and memory: /proc/$PPID/maps and /proc/$PPID/mem",
-            "Permission denied for both",
-            |s| {
-                let ws = s.ws("ppid-mem");
-                let r = s.shell(&ws, SHELL_PROC, "head -c 200 /proc/$PPID/maps; head -c 200 /proc/$PPID/mem | wc -c");
-                refused(s, &r, 2)
-            },
+            "read warden's memory map and memory (/proc/PID/maps, then /proc/PID/mem at its first mapping): by its \
+             host pid, getppid() and every pid the tool's /proc lists beside its own",
+            "nothing read (ENOENT or EACCES); warden's binary never appears in a map",
+            |s| proc_warden(s, "mem"),
         ),
         c(
             "fs-proc-warden-cwd/process",
             "process",
-            "warden started in the secret's directory: ls and cat through /proc/$PPID/cwd",
-            "Permission denied for both; the secret never appears",
-            |s| {
-                let ws = s.ws("ppid-cwd");
-                let policy = s.policy_file(&Scene::shell_policy(SHELL_PROC));
-                let args = json!({"command": "ls /proc/$PPID/cwd/; cat /proc/$PPID/cwd/secret.txt"}).to_string();
-                let r = s.warden(
-                    &ws,
-                    &["--policy", policy.to_str().unwrap(), "call", "shell", &args],
-                    None,
-                    Some(&s.outside),
-                );
-                refused(s, &r, 2)
-            },
+            "warden started in the secret's directory: ls and cat secret.txt through /proc/PID/cwd, by warden's host \
+             pid, getppid() and every pid the tool's /proc lists beside its own",
+            "every route refused (ENOENT or EACCES); the secret never appears",
+            |s| proc_warden(s, "cwd"),
         ),
         c(
             "fs-proc-warden-fd/process",
             "process",
-            "open every /proc/$PPID/fd/N of warden (its audit log, pipes, sockets), after a first call wrote a record",
-            "every open refused (EACCES); no audit record text appears",
-            proc_warden_fds,
+            "open every /proc/PID/fd/N of warden (its audit log, pipes, sockets), after a first call wrote a record: \
+             by its host pid, getppid() and every pid the tool's /proc lists beside its own",
+            "every open refused (ENOENT or EACCES); no audit record text appears",
+            |s| proc_warden(s, "fd"),
+        ),
+        c(
+            "fs-host-shm-proc/process",
+            "process",
+            "reach the host's /dev/shm and /proc: read a file the host planted in /dev/shm (the secret) and list it, \
+             write a file there for the host to find; read /proc/1/cmdline, environ and root/ (the host's init), with \
+             /proc granted",
+            "the call's /dev/shm is its own (the host's file is not there, the tool's file never reaches the host); \
+             /proc/1 is the call's own pid 1 (its cmdline is not the host init's, its environ has the call's HOME, \
+             its root/dev/shm is the call's) or is refused; the secret never appears",
+            host_shm_proc,
         ),
         c(
             "fs-inherited-fds/process",
@@ -840,49 +835,133 @@ fn hardlink_planted(s: &Scene, component: bool) -> Observed {
     )
 }
 
-fn proc_warden_fds(s: &Scene) -> Observed {
-    let ws = s.ws("ppid-fd");
-    let log = s.base.join("logs").join("ppid-fd.jsonl");
+/// The probe of the `fs-proc-warden-*` cases: warden's `/proc/PID/` entries by
+/// every pid that could name it. `argv[1]` is what to read (`root`, `environ`,
+/// `mem`, `cwd`, `fd`), `argv[2]` the secret's path. Prints `ROUTE PID: refused
+/// ERRNO…` or `READ ROUTE PID …` per attempt, then `foreign N refused M` (pids
+/// found outside the tool's own process group, and how many of them gave nothing).
+const PROC_WARDEN_PROBE: &str = "import os, sys, time, errno\n\
+what, secret = sys.argv[1], sys.argv[2]\n\
+deadline = time.time() + 10\n\
+while not os.path.exists('warden.pid') and time.time() < deadline:\n\
+\x20   time.sleep(0.01)\n\
+host = int(open('warden.pid').read()) if os.path.exists('warden.pid') else None\n\
+print('host_pid', host is not None)\n\
+def group(pid):\n\
+\x20   try:\n\
+\x20       return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[2]\n\
+\x20   except (OSError, IndexError):\n\
+\x20       return None\n\
+me = group('self')\n\
+pids = [int(e) for e in os.listdir('/proc') if e.isdigit()]\n\
+mine = {p for p in pids if group(p) == me}\n\
+routes = [('host', host)] if host and host not in mine else []\n\
+if host in mine:\n\
+\x20   print(f'host {host}: names a process of the tool itself')\n\
+if os.getppid() in mine:\n\
+\x20   print('ppid', os.getppid(), 'is in the process group of the tool')\n\
+else:\n\
+\x20   routes.append(('ppid', os.getppid()))\n\
+foreign = sorted(p for p in pids if p not in mine)\n\
+routes += [('scan', n) for n in foreign]\n\
+def name(e):\n\
+\x20   return errno.errorcode.get(e.errno, str(e.errno))\n\
+def attempt(pid):\n\
+\x20   got, refused = [], []\n\
+\x20   d = f'/proc/{pid}'\n\
+\x20   def read(path, n=4096, at=None):\n\
+\x20       try:\n\
+\x20           fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)\n\
+\x20       except OSError as e:\n\
+\x20           refused.append(name(e)); return b''\n\
+\x20       try:\n\
+\x20           data = os.pread(fd, n, at) if at is not None else os.read(fd, n)\n\
+\x20       except OSError as e:\n\
+\x20           refused.append(name(e)); data = b''\n\
+\x20       finally:\n\
+\x20           os.close(fd)\n\
+\x20       if data: got.append((path, data[:300]))\n\
+\x20       return data\n\
+\x20   def listing(path):\n\
+\x20       try:\n\
+\x20           return os.listdir(path)\n\
+\x20       except OSError as e:\n\
+\x20           refused.append(name(e)); return None\n\
+\x20   if what == 'environ':\n\
+\x20       read(d + '/environ')\n\
+\x20   elif what == 'root':\n\
+\x20       read(d + '/root' + secret)\n\
+\x20   elif what == 'cwd':\n\
+\x20       names = listing(d + '/cwd/')\n\
+\x20       if names is not None: got.append((d + '/cwd/', names))\n\
+\x20       read(d + '/cwd/' + os.path.basename(secret))\n\
+\x20   elif what == 'mem':\n\
+\x20       maps = read(d + '/maps')\n\
+\x20       start = int(maps.split(b'-', 1)[0], 16) if maps else 0x400000\n\
+\x20       read(d + '/mem', 200, start)\n\
+\x20   elif what == 'fd':\n\
+\x20       fds = listing(d + '/fd')\n\
+\x20       if fds is not None: got.append((d + '/fd', fds))\n\
+\x20       for fd in (fds if fds is not None else [str(i) for i in range(64)]):\n\
+\x20           read(f'{d}/fd/{fd}')\n\
+\x20   return got, refused\n\
+scan_refused = 0\n\
+for route, pid in routes:\n\
+\x20   got, refused = attempt(pid)\n\
+\x20   for path, data in got:\n\
+\x20       print('READ', route, pid, path, data)\n\
+\x20   if route != 'scan':\n\
+\x20       print(f'{route} {pid}: refused', ' '.join(sorted(set(refused))) or 'nothing')\n\
+\x20   elif not got:\n\
+\x20       scan_refused += 1\n\
+print('foreign', len(foreign), 'refused', scan_refused)\n";
+
+/// `fs-proc-warden-*`: warden starts in the secret's directory with the canary in
+/// its environment; its host pid is handed to the probe once it runs; the probe
+/// tries every pid that could name warden. Contained when no attempt read
+/// anything, the host pid was tried (and refused), the secret, warden's binary
+/// and no audit record text appear, and, where the call has a pid namespace, the
+/// tool's `/proc` lists no process but its own.
+fn proc_warden(s: &Scene, what: &str) -> Observed {
+    let ws = s.ws(&format!("ppid-{what}"));
+    let log = s.base.join("logs").join(format!("ppid-{what}.jsonl"));
     let policy = s.policy_file(&Scene::shell_policy(SHELL_PROC));
     let p = policy.to_str().unwrap();
-    let first = s.warden_logged(&ws, &log, &["--policy", p, "call", "shell", r#"{"command":"true"}"#], None, None);
-    if !first.success() {
-        return Observed::new(false, format!("the first call failed: {}", first.brief()));
+    if what == "fd" {
+        // A record in the log first, so that an audit log opened through fd/N would show one.
+        let first = s.warden_logged(&ws, &log, &["--policy", p, "call", "shell", r#"{"command":"true"}"#], None, None);
+        if !first.success() {
+            return Observed::new(false, format!("the first call failed: {}", first.brief()));
+        }
     }
-    std::fs::write(
-        ws.join("probe.py"),
-        "import os\n\
-         ppid = os.getppid()\n\
-         try:\n\
-         \x20   fds = os.listdir(f'/proc/{ppid}/fd')\n\
-         except OSError as e:\n\
-         \x20   print('listdir refused', e.errno)\n\
-         \x20   fds = [str(i) for i in range(64)]\n\
-         refused = []\n\
-         for fd in fds:\n\
-         \x20   try:\n\
-         \x20       f = os.open(f'/proc/{ppid}/fd/{fd}', os.O_RDONLY | os.O_NONBLOCK)\n\
-         \x20   except OSError as e:\n\
-         \x20       refused.append(e.errno)\n\
-         \x20       continue\n\
-         \x20   try:\n\
-         \x20       data = os.read(f, 4096)\n\
-         \x20   except OSError:\n\
-         \x20       data = b''\n\
-         \x20   print('OPENED', fd, data[:300])\n\
-         print('refused', len(refused), 'errnos', sorted(set(refused)))\n",
-    )
-    .unwrap();
-    let args = json!({ "command": format!("{PYTHON} probe.py") }).to_string();
-    let r = s.warden_logged(&ws, &log, &["--policy", p, "call", "shell", &args], None, None);
+    std::fs::write(ws.join("probe.py"), PROC_WARDEN_PROBE).unwrap();
+    let args = json!({ "command": format!("{PYTHON} probe.py {what} {}", s.secret_file.display()) }).to_string();
+    let r = s.warden_with_pid(&ws, &log, &["--policy", p, "call", "shell", &args], Some(&s.outside));
     let out = r.out();
+    let host = out.lines().find(|l| l.starts_with("host ")).unwrap_or("").to_string();
+    // Refused, or (a pid number the host and the call's namespace happen to share) the tool's own process.
+    let host_refused = (host.contains(": refused") && !host.ends_with("refused nothing"))
+        || host.ends_with("names a process of the tool itself");
+    let foreign_none = out.lines().any(|l| l.starts_with("foreign 0 "));
+    let pid_ns = s.call_has("pid");
     let ok = r.success()
-        && !out.contains("OPENED")
-        && out.contains("refused")
-        && !out.contains("refused 0 ")
+        && out.lines().any(|l| l == "host_pid True")
+        && host_refused
+        && !out.lines().any(|l| l.starts_with("READ "))
+        && (!pid_ns || foreign_none)
+        && !s.leaks(&r.all())
+        && !out.contains(crate::scene::WARDEN)
         && !out.contains("\"prev\"")
         && !out.contains("args_sha256");
-    Observed::new(ok, r.brief())
+    let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("host_pid")).collect();
+    Observed::new(
+        ok,
+        format!(
+            "{}; {}",
+            if pid_ns { "the call has a pid namespace" } else { "the call has no pid namespace" },
+            if lines.is_empty() { r.brief() } else { crate::scene::clip(&lines.join(", "), 400) }
+        ),
+    )
 }
 
 fn dev_kmsg(s: &Scene) -> Observed {
@@ -1016,4 +1095,71 @@ fn grant_swap(s: &Scene, victim: &str, kind: &str) -> Observed {
     let r = s.warden(&ws, &["--policy", p, "call", victim, &args.to_string()], None, None);
     let refused = r.error_code() == "PERMISSION_DENIED" && r.error_message().contains("symbolic link");
     Observed::new(refused && !s.leaks(&r.all()), r.brief())
+}
+
+/// `fs-host-shm-proc`: the host's `/dev/shm` and `/proc/1` from inside a call.
+fn host_shm_proc(s: &Scene) -> Observed {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return Observed::skipped("no /dev/shm on this host");
+    }
+    let tag = format!("warden-escape-{}-{}", std::process::id(), s.secret.len());
+    let planted = shm.join(format!("{tag}-host"));
+    let written = shm.join(format!("{tag}-tool"));
+    std::fs::write(&planted, &s.secret).unwrap();
+    set_mode(&planted, 0o644);
+    let host_init = std::fs::read("/proc/1/cmdline").unwrap_or_default();
+    let ws = s.ws("host-shm");
+    let r = s.python(
+        &ws,
+        SHELL_PROC,
+        &format!(
+            "import os\n\
+             def show(name, f):\n\
+             \x20   try:\n\
+             \x20       print(name, repr(f()))\n\
+             \x20   except OSError as e:\n\
+             \x20       print(name, 'refused', e.errno)\n\
+             show('planted', lambda: open('{planted}').read())\n\
+             show('listing', lambda: sorted(n for n in os.listdir('/dev/shm') if n.startswith('{tag}')))\n\
+             show('write', lambda: open('{written}', 'w').write('from the tool'))\n\
+             show('cmdline', lambda: open('/proc/1/cmdline', 'rb').read().hex())\n\
+             home = ('HOME=' + os.environ['HOME']).encode()\n\
+             show('environ_call', lambda: home in open('/proc/1/environ', 'rb').read().split(bytes(1)))\n\
+             show('root_shm', lambda: sorted(n for n in os.listdir('/proc/1/root/dev/shm') if n.startswith('{tag}')))\n\
+             show('root_planted', lambda: open('/proc/1/root{planted}').read())\n",
+            planted = planted.display(),
+            written = written.display(),
+        ),
+        "true",
+    );
+    let reached = written.exists();
+    let _ = std::fs::remove_file(&written);
+    let _ = std::fs::remove_file(&planted);
+    let out = r.out();
+    let value = |name: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap_or("").to_string();
+    let host_cmdline = String::from_utf8_lossy(&host_init).replace('\0', " ");
+    // /proc/1 must not be the host's init: its cmdline differs from the one the host reads (or is refused).
+    let cmdline = value("cmdline");
+    let not_host_init = cmdline.starts_with("refused")
+        || (!host_init.is_empty() && cmdline.trim_matches('\'') != hex::encode(&host_init));
+    // When read, /proc/1/environ is a process of the call's (its HOME is the call's {tmp}).
+    let environ = value("environ_call");
+    let ok = r.success()
+        && !reached
+        && value("planted").starts_with("refused")
+        && (value("listing") == "[]" || value("listing").starts_with("refused"))
+        && not_host_init
+        && (environ == "True" || environ.starts_with("refused"))
+        && !value("root_shm").contains(&format!("{tag}-host"))
+        && value("root_planted").starts_with("refused")
+        && !s.leaks(&r.all());
+    Observed::new(
+        ok,
+        format!(
+            "{}; the host's init: {}; the tool's file on the host's /dev/shm: {reached}",
+            out.lines().collect::<Vec<_>>().join(", "),
+            crate::scene::clip(host_cmdline.trim(), 60)
+        ),
+    )
 }

@@ -416,20 +416,53 @@ pub(crate) fn cases() -> Vec<Case> {
             },
         ),
         c(
+            "priv-unmask",
+            "undo the read-only mask on a protected path (.git/hooks of a real repository): umount2 (plain and \
+             MNT_DETACH), mount --bind a directory of its own over it, remount it read-write (mount MS_REMOUNT and \
+             mount_setattr), open_tree(OPEN_TREE_CLONE) + move_mount, and unshare(NEWNS) and unshare(NEWUSER|NEWNS) \
+             followed by umount2 and a remount inside; then write .git/hooks/pre-commit",
+            "every mount call fails (EPERM from seccomp; in a nested namespace, were one made, the mask is locked); \
+             the hook is not written and the host's .git/hooks has no new file",
+            unmask,
+        ),
+        c(
+            "priv-kill-monitor",
+            "stop or kill the call's monitor and helper from inside its pid namespace: kill(0, SIGSTOP), kill(0, \
+             SIGKILL), kill(-1, SIGSTOP), kill(-1, SIGKILL), then exit 7, once as the namespace's pid 1 and once as a \
+             child of the shell (which also signals pid 1, then exits 9)",
+            "the signals reach neither (seccomp: EPERM for kill(0, …); nothing else is visible); each call ends with \
+             the tool's own exit status (7, and 9 after the child's 7), well inside its 10 s timeout, and is recorded \
+             in a log that verifies",
+            kill_monitor,
+        ),
+        c(
             "priv-environment",
             "print the whole environment: warden's holds WARDEN_ESCAPE_CANARY (the secret)",
-            "only PATH and HOME from the policy (plus the shell's own PWD, SHLVL, _); the canary never appears",
+            "only PATH and HOME from the policy (plus the shell's own PWD, SHLVL, _), and warden's defaults for the \
+             call's {tmp} (TMPDIR, TMP, TEMP, PYTHONPYCACHEPREFIX, PYTEST_ADDOPTS), each naming that {tmp} (HOME \
+             here); the canary never appears",
             |s| {
                 let ws = s.ws("env");
                 let r = s.shell(&ws, SHELL, "env; cat /proc/self/environ 2>/dev/null");
-                let names: Vec<String> =
-                    r.out().lines().filter_map(|l| l.split_once('=').map(|(k, _)| k.to_string())).collect();
-                let extra: Vec<&String> = names
+                let out = r.out();
+                let vars: Vec<(&str, &str)> = out.lines().filter_map(|l| l.split_once('=')).collect();
+                let names: Vec<&str> = vars.iter().map(|(k, _)| *k).collect();
+                let tmp = vars.iter().find(|(k, _)| *k == "HOME").map(|(_, v)| *v).unwrap_or("");
+                // warden's defaults must name the call's own {tmp} (HOME = "{tmp}" in the policy), nothing of warden's.
+                let in_tmp = |k: &str, v: &str| match k {
+                    "TMPDIR" | "TMP" | "TEMP" => v == tmp,
+                    "PYTHONPYCACHEPREFIX" => v.starts_with(&format!("{tmp}/")),
+                    "PYTEST_ADDOPTS" => v == format!("-o cache_dir={tmp}/pytest-cache"),
+                    _ => false,
+                };
+                let extra: Vec<String> = vars
                     .iter()
-                    .filter(|n| !["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(&n.as_str()))
+                    .filter(|(k, _)| !["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(k))
+                    .filter(|(k, v)| tmp.is_empty() || !in_tmp(k, v))
+                    .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 Observed::new(
-                    r.success() && extra.is_empty() && !s.leaks(&r.all()),
+                    r.success() && !tmp.is_empty() && extra.is_empty() && !s.leaks(&r.all()),
                     format!("variables: {names:?}; unexpected: {extra:?}"),
                 )
             },
@@ -437,15 +470,22 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "priv-sysctl",
             "write kernel settings through /proc/sys (hostname, with its own value) with /proc granted read-only",
-            "Permission denied",
+            "Permission denied (Landlock), or, where the call has its own /proc, Read-only file system (its /proc/sys \
+             is mounted read-only)",
             |s| {
+                // The call's own /proc (with a pid namespace) has /proc/sys read-only; Landlock refuses it anyway.
+                let why: &[&str] = if s.call_has("pid") {
+                    &["Permission denied", "Read-only file system"]
+                } else {
+                    &["Permission denied"]
+                };
                 shell_refused(
                     s,
                     "sysctl",
                     SHELL_PROC,
                     "cat /proc/sys/kernel/hostname > h; cat h > /proc/sys/kernel/hostname && echo WRITTEN",
                     "WRITTEN",
-                    &["Permission denied"],
+                    why,
                 )
             },
         ),
@@ -493,6 +533,7 @@ pub(crate) fn cases() -> Vec<Case> {
                      show('read', 302, ppid, 1, 0, ctypes.addressof(old))\n\
                      show('own', 302, 0, 1, ctypes.addressof(mine), 0)\n",
                     &[("fsize", "EPERM"), ("nofile", "EPERM"), ("cpu", "EPERM"), ("read", "ok"), ("own", "ok")],
+                    &[("read", "ESRCH")],
                 )
             },
         ),
@@ -546,6 +587,7 @@ pub(crate) fn cases() -> Vec<Case> {
                         ("own_affinity", "ok"),
                         ("own_ioprio", "ok"),
                     ],
+                    &[],
                 )
             },
         ),
@@ -578,6 +620,7 @@ pub(crate) fn cases() -> Vec<Case> {
                         ("siocspgrp", "EPERM"),
                         ("getown", "ok"),
                     ],
+                    &[],
                 )
             },
         ),
@@ -592,29 +635,55 @@ pub(crate) fn cases() -> Vec<Case> {
                     "clone-parent",
                     "show('clone_parent', 56, 0x8000 | 17, 0, 0, 0, 0)\n",
                     &[("clone_parent", "EPERM")],
+                    &[],
                 )
             },
         ),
     ]
 }
 
-/// Runs `body` (after [`SYSCALL`] and `ppid = os.getppid()`) as the shell
-/// tool's own process (`exec`, so its parent is warden itself), with its own
-/// log; every `(name, errno)` must be printed exactly so, warden must answer
-/// with a result, and the log must hold that call's record and verify.
-fn owner_probe(s: &Scene, id: &str, body: &str, want: &[(&str, &str)]) -> Observed {
+/// The probe's prelude for calls aimed at warden: `ppid` is warden's host pid,
+/// written to `warden.pid` by the test once warden runs (the tool's own parent is
+/// not warden, and inside the call's pid namespace `getppid()` is 0, which the
+/// kernel reads as "this process").
+const WARDEN_PID: &str = "import time\n\
+deadline = time.time() + 10\n\
+while not os.path.exists('warden.pid') and time.time() < deadline:\n\
+\x20   time.sleep(0.01)\n\
+ppid = int(open('warden.pid').read())\n\
+print('visible', os.path.exists(f'/proc/{ppid}'), flush=True)\n";
+
+/// Runs `body` (after [`SYSCALL`] and [`WARDEN_PID`]) against warden, which must
+/// answer with a record in a log that verifies (the tool is `exec`ed: no shell
+/// between; every `(name, errno)` must be printed exactly so). Where the call has a pid
+/// namespace, each `(name, errno)` of `in_pid_ns` replaces the one of `want`
+/// with that name (a call that reaches the kernel finds no such process there).
+fn owner_probe(s: &Scene, id: &str, body: &str, want: &[(&str, &str)], in_pid_ns: &[(&str, &str)]) -> Observed {
     let ws = s.ws(id);
     let log = s.base.join("logs").join(format!("{id}-owner.jsonl"));
-    std::fs::write(ws.join("probe.py"), format!("{SYSCALL}ppid = os.getppid()\n{body}")).unwrap();
+    std::fs::write(ws.join("probe.py"), format!("{SYSCALL}{WARDEN_PID}{body}")).unwrap();
     let policy = s.policy_file(&Scene::shell_policy(SHELL));
     let args = serde_json::json!({ "command": format!("exec {PYTHON} probe.py") }).to_string();
-    let r = s.warden_logged(&ws, &log, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None);
-    let (all, seen) = printed(&r, want);
+    let r = s.warden_with_pid(&ws, &log, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None);
+    let pid_ns = s.call_has("pid");
+    let mut want: Vec<(&str, &str)> = want
+        .iter()
+        .map(|&(n, e)| if pid_ns { in_pid_ns.iter().find(|(m, _)| *m == n).copied().unwrap_or((n, e)) } else { (n, e) })
+        .collect();
+    // Warden's host pid names nothing the tool can see in its own pid namespace.
+    if pid_ns {
+        want.push(("visible", "False"));
+    }
+    let (all, seen) = printed(&r, &want);
     let verified = warden::audit::verify(&log).ok();
     let recorded = verified.as_ref().is_some_and(|v| v.records == 1 && v.problem.is_none() && v.torn_line.is_none());
     Observed::new(
         r.success() && all && recorded,
-        format!("{seen}; warden answered: {}; the log verifies with the call's record: {recorded}", r.success()),
+        format!(
+            "{}{seen}; warden answered: {}; the log verifies with the call's record: {recorded}",
+            if pid_ns { "(pid namespace) " } else { "" },
+            r.success()
+        ),
     )
 }
 
@@ -694,4 +763,142 @@ fn capabilities(s: &Scene) -> Observed {
             out.replace('\t', " ").lines().collect::<Vec<_>>().join(", ")
         ),
     )
+}
+
+/// `priv-unmask`: the mount calls of a tool against the read-only bind over a
+/// protected path, then a write through it.
+fn unmask(s: &Scene) -> Observed {
+    let ws = s.ws("unmask");
+    let init = std::process::Command::new("git").args(["init", "-q"]).arg(&ws).status();
+    if !init.is_ok_and(|st| st.success()) {
+        return Observed::skipped("git init failed on this host");
+    }
+    let hooks = ws.join(".git/hooks");
+    let before: Vec<String> = list(&hooks);
+    let body = "import tempfile\n\
+        def addr(b):\n\
+        \x20   buf = ctypes.create_string_buffer(b)\n\
+        \x20   keep.append(buf)\n\
+        \x20   return ctypes.addressof(buf)\n\
+        keep = []\n\
+        hooks = os.path.abspath('.git/hooks').encode()\n\
+        os.makedirs('mine', exist_ok=True)\n\
+        mine = os.path.abspath('mine').encode()\n\
+        MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384\n\
+        show('umount2', 166, addr(hooks), 0)\n\
+        show('umount2_detach', 166, addr(hooks), 2)\n\
+        show('bind_over', 165, addr(mine), addr(hooks), 0, MS_BIND | MS_REC, 0)\n\
+        show('remount_rw', 165, 0, addr(hooks), 0, MS_REMOUNT | MS_BIND, 0)\n\
+        attr = ctypes.create_string_buffer(bytes(32))\n\
+        ctypes.memmove(attr, (1).to_bytes(8, 'little') + bytes(24), 32)\n\
+        show('mount_setattr', 442, -100, addr(hooks), 0, ctypes.addressof(attr), 32)\n\
+        t = sc(428, -100, addr(mine), 1 | 0o2000000)\n\
+        print('open_tree', t, flush=True)\n\
+        show('move_mount', 429, -1, addr(b''), -100, addr(hooks), 4)\n\
+        for name, flags in (('unshare_ns', 0x20000), ('unshare_user_ns', 0x10000000 | 0x20000)):\n\
+        \x20   pid = os.fork()\n\
+        \x20   if pid == 0:\n\
+        \x20       r = sc(272, flags)\n\
+        \x20       print(name, r, flush=True)\n\
+        \x20       if r == 'ok':\n\
+        \x20           show(name + '_umount2', 166, addr(hooks), 2)\n\
+        \x20           show(name + '_remount_rw', 165, 0, addr(hooks), 0, MS_REMOUNT | MS_BIND, 0)\n\
+        \x20           try:\n\
+        \x20               open('.git/hooks/pre-commit', 'w').write('#!/bin/sh\\necho pwned\\n')\n\
+        \x20               print(name + '_write', 'WRITTEN', flush=True)\n\
+        \x20           except OSError as e:\n\
+        \x20               print(name + '_write', errno.errorcode.get(e.errno, e.errno), flush=True)\n\
+        \x20       os._exit(0)\n\
+        \x20   os.waitpid(pid, 0)\n\
+        try:\n\
+        \x20   open('.git/hooks/pre-commit', 'w').write('#!/bin/sh\\necho pwned\\n')\n\
+        \x20   print('write', 'WRITTEN', flush=True)\n\
+        except OSError as e:\n\
+        \x20   print('write', errno.errorcode.get(e.errno, e.errno), flush=True)\n";
+    let r = s.python(&ws, SHELL, &format!("{SYSCALL}{body}"), "true");
+    let out = r.out();
+    let after = list(&hooks);
+    let added: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+    let value = |name: &str| {
+        out.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' '))).unwrap_or("").to_string()
+    };
+    // Every mount call failed (any errno but "ok"); the file was not written, here or in a nested namespace.
+    let calls = ["umount2", "umount2_detach", "bind_over", "remount_rw", "mount_setattr", "open_tree", "move_mount"];
+    let refused = calls.iter().all(|c| {
+        let v = value(c);
+        !v.is_empty() && v != "ok" && !v.chars().all(|ch| ch.is_ascii_digit())
+    });
+    let ok = r.success()
+        && refused
+        && !value("write").is_empty()
+        && !out.contains("WRITTEN")
+        && added.is_empty()
+        && !hooks.join("pre-commit").exists();
+    Observed::new(
+        ok,
+        format!("{}; new in the host's .git/hooks: {added:?}", out.lines().collect::<Vec<_>>().join(", ")),
+    )
+}
+
+/// The names in a directory (empty when unreadable).
+fn list(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// `priv-kill-monitor`: signals at the monitor and helper from inside the pid
+/// namespace, as pid 1 and as a child; the call must end with the tool's status.
+fn kill_monitor(s: &Scene) -> Observed {
+    const TIMEOUT: u64 = 10;
+    let body = "import signal, sys\n\
+        show('kill0_stop', 62, 0, signal.SIGSTOP)\n\
+        show('kill0_kill', 62, 0, signal.SIGKILL)\n\
+        show('killall_stop', 62, -1, signal.SIGSTOP)\n\
+        show('killall_kill', 62, -1, signal.SIGKILL)\n\
+        if os.getpid() != 1:\n\
+        \x20   show('kill1_stop', 62, 1, signal.SIGSTOP)\n\
+        \x20   show('kill1_kill', 62, 1, signal.SIGKILL)\n\
+        print('pid', os.getpid(), flush=True)\n\
+        sys.exit(7)\n";
+    let tool = Tool { read: &[], net: &[], limits: "timeout = \"10s\"" };
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for (how, command, code) in [
+        ("as pid 1", format!("exec {PYTHON} probe.py"), 7),
+        ("as a child", format!("{PYTHON} probe.py; echo after=$?; exit 9"), 9),
+    ] {
+        let ws = s.ws("kill-monitor");
+        std::fs::write(ws.join("probe.py"), format!("{SYSCALL}{body}")).unwrap();
+        let log = s.base.join("logs").join(format!("kill-monitor-{code}.jsonl"));
+        let policy = s.policy_file(&Scene::shell_policy(tool));
+        let args = serde_json::json!({ "command": command }).to_string();
+        let started = std::time::Instant::now();
+        let r = s.warden_logged(&ws, &log, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None);
+        let took = started.elapsed();
+        let recorded = warden::audit::verify(&log)
+            .ok()
+            .is_some_and(|v| v.records == 1 && v.problem.is_none() && v.torn_line.is_none());
+        let out = r.out();
+        // kill(0, …) is refused by seccomp; no signal may have been delivered anywhere but the tool's own tree.
+        let kill0 = ["kill0_stop EPERM", "kill0_kill EPERM"].iter().all(|w| out.lines().any(|l| l == *w));
+        let child_ok = code != 9 || out.lines().any(|l| l == "after=7");
+        let this = r.success()
+            && !r.hung
+            && r.exit() == Some(code)
+            && child_ok
+            && kill0
+            && recorded
+            && took < std::time::Duration::from_secs(TIMEOUT - 2);
+        ok &= this;
+        lines.push(format!(
+            "{how}: {}; {:.1} s; recorded: {recorded}",
+            out.lines().collect::<Vec<_>>().join(", ").replace("\n", " "),
+            took.as_secs_f64()
+        ));
+        if !this {
+            lines.push(r.brief());
+        }
+    }
+    Observed::new(ok, lines.join(" | "))
 }

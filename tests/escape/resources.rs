@@ -351,17 +351,20 @@ pub(crate) fn cases() -> Vec<Case> {
             "SysV IPC against the host: read a same-uid process's shared memory segment and consume its message \
              queue (both made by the test, holding the secret), enumerate every segment (shmctl SHM_STAT), and leave \
              a 100 MiB segment and a message queue behind for a later call",
-            "as root: ENOENT/EINVAL (a private IPC namespace: nothing of the host's is visible, what the call made dies \
-             with it); as an ordinary user: EPERM (seccomp); the secret never appears, the host's message is still \
-             queued, nothing is left behind",
+            "with the call's IPC namespace (as root, or through a user namespace): ENOENT/EINVAL, nothing of the host's \
+             is visible (the host's keys name fresh, empty objects there) and what the call made dies with it; without \
+             one: EPERM (seccomp); the secret never appears, the host's segment and message are intact, nothing is \
+             left behind",
             sysv_ipc,
         ),
         c(
             "res-mqueue/process",
             "process",
-            "create a POSIX message queue (mq_open O_CREAT) that outlives the call, for a later call to read",
-            "as root: EACCES (Landlock: the call's own mqueue file system is granted nowhere; the queue would die with \
-             the call's IPC namespace anyway); as an ordinary user: EPERM (seccomp); the host finds no such queue \
+            "open and drain a POSIX message queue the host made before the call (its message holds the secret), and \
+             create one (mq_open O_CREAT) that outlives the call, for a later call to read",
+            "with the call's IPC namespace: the host's queue is not there (ENOENT) or not reachable (EACCES: Landlock, \
+             the call's own mqueue file system is granted nowhere), the new one is refused (EACCES) or dies with the \
+             namespace; without one: EPERM (seccomp); the host's message is still queued, the host finds no new queue \
              afterwards",
             mqueue,
         ),
@@ -474,7 +477,21 @@ fn sysv_ipc(s: &Scene) -> Observed {
              left = libc.shmget(0, {leftover_size}, 0o1600)\n\
              print('leave_shm', err() if left < 0 else 'made')\n\
              lq = libc.msgget({left_key}, 0o1600)\n\
-             print('leave_msg', err() if lq < 0 else 'made')\n"
+             print('leave_msg', err() if lq < 0 else 'made')\n\
+             i = libc.shmget({shm_key}, 4096, 0o1600)\n\
+             if i < 0:\n\
+             \x20   print('same_key_shm', err())\n\
+             else:\n\
+             \x20   a = libc.shmat(i, None, 0)\n\
+             \x20   data = b'' if a in (None, ctypes.c_void_p(-1).value) else ctypes.string_at(a, 64)\n\
+             \x20   print('same_key_shm', 'fresh' if data == bytes(64) else data)\n\
+             q = libc.msgget({msg_key}, 0o1600)\n\
+             if q < 0:\n\
+             \x20   print('same_key_msg', err())\n\
+             else:\n\
+             \x20   m = ctypes.create_string_buffer(4096)\n\
+             \x20   n = libc.msgrcv(q, m, 4000, 0, 0o4000)\n\
+             \x20   print('same_key_msg', err() if n < 0 else m.raw[8:8 + n])\n"
         ),
         "true",
     );
@@ -487,28 +504,43 @@ fn sysv_ipc(s: &Scene) -> Observed {
          q = libc.msgget({msg_key}, 0)\n\
          m = ctypes.create_string_buffer(4096)\n\
          n = libc.msgrcv(q, m, 4000, 0, 0o4000)\n\
-         print('still_queued', n > 0)\n\
+         print('still_queued', n > 0 and m.raw[8:8 + n] == b'{secret}')\n\
+         a = libc.shmat(libc.shmget({shm_key}, 0, 0), None, 0o10000)\n\
+         print('host_shm_intact', a not in (None, ctypes.c_void_p(-1).value) and ctypes.string_at(a, {n}) == b'{secret}')\n\
          libc.msgctl(q, 0, None)\n\
          libc.shmctl(libc.shmget({shm_key}, 0, 0), 0, None)\n\
          lq = libc.msgget({left_key}, 0)\n\
-         if lq >= 0: libc.msgctl(lq, 0, None)\n"
+         if lq >= 0: libc.msgctl(lq, 0, None)\n",
+        n = secret.len()
     ));
     let out = r.out();
-    let refusal = if s.root { ["ENOENT", "EINVAL"].as_slice() } else { ["EPERM"].as_slice() };
+    // With the call's IPC namespace nothing of the host's is there (and what the call
+    // makes, even under the host's keys, is its own); without one seccomp refuses IPC.
+    let ns = s.call_has("ipc");
+    let refusal = if ns { ["ENOENT", "EINVAL"].as_slice() } else { ["EPERM"].as_slice() };
     let refused = |name: &str| out.lines().any(|l| refusal.iter().any(|e| l == format!("{name} {e}")));
-    let host_untouched =
-        after.contains("leftover_shm 0") && after.contains("leftover_msg False") && after.contains("still_queued True");
-    let stat_none = out.lines().any(|l| l == "shm_stat 0");
+    let line = |l: &str| out.lines().any(|x| x == l);
+    let host_untouched = after.contains("leftover_shm 0")
+        && after.contains("leftover_msg False")
+        && after.contains("still_queued True")
+        && after.contains("host_shm_intact True");
+    let stat_none = line("shm_stat 0");
+    let own_objects = if ns {
+        line("same_key_shm fresh") && line("same_key_msg ENOMSG")
+    } else {
+        line("same_key_shm EPERM") && line("same_key_msg EPERM") && refused("leave_shm") && refused("leave_msg")
+    };
     let ok = made.starts_with("host ")
         && r.success()
         && refused("shmget")
         && refused("msgget")
         && stat_none
-        && (s.root || (refused("leave_shm") && refused("leave_msg")))
+        && own_objects
         && host_untouched
         && !s.leaks(&r.all());
     let seen = format!(
-        "{}; afterwards on the host: {}",
+        "{}{}; afterwards on the host: {}",
+        if ns { "(IPC namespace) " } else { "" },
         out.lines().collect::<Vec<_>>().join(", "),
         after.lines().collect::<Vec<_>>().join(", ")
     );
@@ -517,12 +549,28 @@ fn sysv_ipc(s: &Scene) -> Observed {
 
 fn mqueue(s: &Scene) -> Observed {
     let name = format!("/warden-escape-{}", std::process::id());
+    let host_name = format!("/warden-escape-host-{}", std::process::id());
+    let secret = &s.secret;
+    // The host's own queue, made before the call, holding the secret.
+    let made = host_python(&format!(
+        "{IPC_PRELUDE}\
+         q = libc.mq_open(b'{host_name}', os.O_CREAT | os.O_RDWR, 0o600, None)\n\
+         print('host', err() if q < 0 else libc.mq_send(q, b'{secret}', {n}, 0))\n",
+        n = secret.len()
+    ));
     let ws = s.ws("mqueue");
     let r = s.python(
         &ws,
         crate::scene::SHELL,
         &format!(
             "{IPC_PRELUDE}\
+             h = libc.mq_open(b'{host_name}', os.O_RDONLY | os.O_NONBLOCK)\n\
+             if h < 0:\n\
+             \x20   print('host_queue', err())\n\
+             else:\n\
+             \x20   m = ctypes.create_string_buffer(1 << 16)\n\
+             \x20   n = libc.mq_receive(h, m, 1 << 16, None)\n\
+             \x20   print('host_queue', err() if n < 0 else m.raw[:n])\n\
              q = libc.mq_open(b'{name}', os.O_CREAT | os.O_RDWR, 0o600, None)\n\
              print('mq_open', err() if q < 0 else 'made')\n\
              if q >= 0: print('mq_send', libc.mq_send(q, b'hello', 5, 0))\n"
@@ -533,17 +581,32 @@ fn mqueue(s: &Scene) -> Observed {
         "{IPC_PRELUDE}\
          q = libc.mq_open(b'{name}', os.O_RDONLY)\n\
          print('host_open', err() if q < 0 else 'FOUND')\n\
-         libc.mq_unlink(b'{name}')\n"
+         libc.mq_unlink(b'{name}')\n\
+         h = libc.mq_open(b'{host_name}', os.O_RDONLY | os.O_NONBLOCK)\n\
+         m = ctypes.create_string_buffer(1 << 16)\n\
+         n = libc.mq_receive(h, m, 1 << 16, None) if h >= 0 else -1\n\
+         print('still_queued', n > 0 and m.raw[:n] == b'{secret}')\n\
+         libc.mq_unlink(b'{host_name}')\n"
     ));
     let out = r.out();
-    // As root the call has an IPC namespace, and Landlock refuses the open on its
-    // mqueue file system (granted nowhere); without root seccomp refuses the call.
-    let inside =
-        out.lines().any(|l| if s.root { l == "mq_open EACCES" || l == "mq_open made" } else { l == "mq_open EPERM" });
-    let gone = after.contains("host_open ENOENT");
+    // With the call's IPC namespace its mqueue file system is its own, and Landlock
+    // refuses opens on it (granted nowhere); without one seccomp refuses the call.
+    let ns = s.call_has("ipc");
+    let line = |l: &str| out.lines().any(|x| x == l);
+    let inside = if ns {
+        (line("host_queue ENOENT") || line("host_queue EACCES")) && (line("mq_open EACCES") || line("mq_open made"))
+    } else {
+        line("host_queue EPERM") && line("mq_open EPERM")
+    };
+    let gone = after.contains("host_open ENOENT") && after.contains("still_queued True");
     Observed::new(
-        r.success() && inside && gone,
-        format!("{}; the host afterwards: {}", r.brief(), after.trim().replace('\n', ", ")),
+        made.trim() == "host 0" && r.success() && inside && gone && !s.leaks(&r.all()),
+        format!(
+            "{}{}; the host afterwards: {}",
+            if ns { "(IPC namespace) " } else { "" },
+            s.redact(&r.brief()),
+            after.trim().replace('\n', ", ")
+        ),
     )
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Scene {
     /// Whether the test runs as root (the tool then runs as uid 0 without capabilities).
     pub root: bool,
     counter: AtomicUsize,
+    /// The namespaces a process call gets on this host (its record's `sandbox.namespaces`), asked once.
+    namespaces: std::sync::OnceLock<Vec<String>>,
 }
 
 /// One run of the warden binary.
@@ -204,6 +206,7 @@ impl Scene {
             shadow,
             root: nix::unistd::geteuid().is_root(),
             counter: AtomicUsize::new(0),
+            namespaces: std::sync::OnceLock::new(),
         }
     }
 
@@ -295,6 +298,13 @@ impl Scene {
         stdin: Option<&[u8]>,
         cwd: Option<&Path>,
     ) -> Run {
+        let mut c = self.warden_command(ws, log, args, cwd);
+        c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        run_bounded(c, stdin)
+    }
+
+    /// The command line of [`Scene::warden_logged`], stdin not yet chosen.
+    fn warden_command(&self, ws: &Path, log: &Path, args: &[&str], cwd: Option<&Path>) -> Command {
         let mut c = Command::new(WARDEN);
         c.current_dir(cwd.unwrap_or(ws))
             .arg("--audit-log")
@@ -310,10 +320,50 @@ impl Scene {
             .env_remove("RUST_LOG")
             // Its own process group: a group kill that got through would not reach this test.
             .process_group(0)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        run_bounded(c, stdin)
+        c
+    }
+
+    /// Runs warden like [`Scene::warden`] (in `cwd`), and once it is started writes
+    /// its host pid to `ws/warden.pid` (made whole by a rename), for a probe that
+    /// aims at warden by the pid the host knows it by.
+    pub(crate) fn warden_with_pid(&self, ws: &Path, log: &Path, args: &[&str], cwd: Option<&Path>) -> Run {
+        let mut c = self.warden_command(ws, log, args, cwd);
+        c.stdin(Stdio::null());
+        let (tmp, dest) = (ws.join(".warden.pid.tmp"), ws.join("warden.pid"));
+        run_bounded_with(c, None, &|pid| {
+            let _ = std::fs::write(&tmp, pid.to_string()).and_then(|()| std::fs::rename(&tmp, &dest));
+        })
+    }
+
+    /// The namespaces a process call gets on this host (`sandbox.namespaces` of one
+    /// `true` call's record; empty when it gets none). Asked once per run.
+    pub(crate) fn call_namespaces(&self) -> &[String] {
+        self.namespaces.get_or_init(|| {
+            let ws = self.ws("namespaces-probe");
+            let log = self.unique("logs", "jsonl");
+            let policy = self.policy_file(&Scene::shell_policy(SHELL));
+            let r = self.warden_logged(
+                &ws,
+                &log,
+                &["--policy", policy.to_str().unwrap(), "call", "shell", r#"{"command":"true"}"#],
+                None,
+                None,
+            );
+            assert!(r.success(), "the namespace probe call failed: {}", r.brief());
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let record: Value = text.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+            record["sandbox"]["namespaces"]
+                .as_array()
+                .map(|v| v.iter().filter_map(|n| n.as_str().map(str::to_string)).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Whether a process call gets the namespace `name` (`pid`, `ipc`, `mount`, `user`) here.
+    pub(crate) fn call_has(&self, name: &str) -> bool {
+        self.call_namespaces().iter().any(|n| n == name)
     }
 
     /// A library executor over `tools` (TOML tables), with the testkit as plugin
@@ -361,8 +411,14 @@ pub(crate) fn mode(path: &Path) -> u32 {
 }
 
 /// Spawns `c`, feeds `stdin`, collects both streams, and kills it past [`HANG`].
-pub(crate) fn run_bounded(mut c: Command, stdin: Option<&[u8]>) -> Run {
+pub(crate) fn run_bounded(c: Command, stdin: Option<&[u8]>) -> Run {
+    run_bounded_with(c, stdin, &|_| {})
+}
+
+/// [`run_bounded`], calling `started` with the child's pid once it runs.
+pub(crate) fn run_bounded_with(mut c: Command, stdin: Option<&[u8]>, started: &dyn Fn(u32)) -> Run {
     let mut child = c.spawn().expect("cannot start warden");
+    started(child.id());
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().unwrap();
         let input = input.to_vec();
