@@ -511,14 +511,24 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
     let r = shell(&env, "env | cut -d= -f1 | sort | tr '\\n' ' '");
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
     let names: Vec<&str> = out.split_whitespace().collect();
-    // bash adds PWD, SHLVL and _ itself; everything else comes from the policy.
-    let unexpected: Vec<&&str> = names.iter().filter(|n| !["HOME", "PATH", "PWD", "SHLVL", "_"].contains(n)).collect();
+    // bash adds PWD, SHLVL and _ itself; warden points the temporary and cache
+    // variables at the call's {tmp}; everything else comes from the policy.
+    let expected =
+        ["HOME", "PATH", "PWD", "SHLVL", "_", "TMPDIR", "TMP", "TEMP", "PYTHONPYCACHEPREFIX", "PYTEST_ADDOPTS"];
+    let unexpected: Vec<&&str> = names.iter().filter(|n| !expected.contains(n)).collect();
     assert!(unexpected.is_empty(), "leaked variables: {unexpected:?} ({r:?})");
     let r = shell(&env, "echo $HOME; test -d $HOME && touch $HOME/t && echo TMP-WRITABLE");
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
     assert!(out.contains("/warden-") && out.contains("TMP-WRITABLE"), "{r:?}");
     let tmp = out.lines().next().unwrap().to_string();
     assert!(!Path::new(&tmp).exists(), "{{tmp}} {tmp} outlived its call");
+    let r = shell(&env, "echo $TMPDIR $TMP $TEMP; echo $PYTHONPYCACHEPREFIX; echo $PYTEST_ADDOPTS; echo $HOME");
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    let tmp = lines.get(3).copied().unwrap_or_default();
+    assert_eq!(lines.first().copied(), Some(format!("{tmp} {tmp} {tmp}").as_str()), "{r:?}");
+    assert_eq!(lines.get(1).copied(), Some(format!("{tmp}/pycache").as_str()), "{r:?}");
+    assert_eq!(lines.get(2).copied(), Some(format!("-o cache_dir={tmp}/pytest-cache").as_str()), "{r:?}");
 }
 
 #[test]
