@@ -235,6 +235,31 @@ impl Found<'_> {
                         ),
                     ));
                 }
+                // Protected or denied paths that no layer can hold on this host: the
+                // tool is unavailable in enforce mode (never run pretending).
+                if policy.mode == crate::policy::SandboxMode::Enforce
+                    && let Some(why) =
+                        crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+                    && let Ok(protection) = crate::runtime::protect::preview(spec)
+                    && !protection.is_empty()
+                {
+                    let mut paths: Vec<String> =
+                        protection.rules.iter().map(|r| r.path.display().to_string()).take(20).collect();
+                    if protection.rules.len() > paths.len() {
+                        paths.push(format!("and {} more", protection.rules.len() - paths.len()));
+                    }
+                    return Err(CallError::new(
+                        ErrorCode::SandboxUnavailable,
+                        format!(
+                            "tool {} ({}): its protected and denied paths ({}) need a mount namespace of the \
+                             call's own, and {why}; or run warden as root, or set [sandbox] mode = \"best-effort\" \
+                             to run without them",
+                            spec.name,
+                            spec.location,
+                            paths.join(", ")
+                        ),
+                    ));
+                }
                 let description = format!("Run {}", exec.argv.join(" "));
                 (None, description, exec.schema().to_string(), "its policy entry".to_string())
             }
