@@ -10,6 +10,7 @@
 //! patterns they came from ([`DenyPattern`], which the WASI host matches at
 //! every access, so a file created during the call is covered too).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -476,8 +477,13 @@ enum FileKind {
     Link,
 }
 
+/// What is at `path`, not following a final link; a placeholder of another
+/// call ([`Placeholders`]) counts as nothing.
 fn fs_kind(path: &Path) -> Option<FileKind> {
     let m = std::fs::symlink_metadata(path).ok()?;
+    if m.is_dir() && m.nlink() == 2 && is_placeholder_path(path) {
+        return None;
+    }
     Some(if m.file_type().is_symlink() {
         FileKind::Link
     } else if m.is_dir() {
@@ -698,11 +704,29 @@ impl Placeholders {
                 if attempts > 20 {
                     return Err(format!("cannot hold a placeholder at {}: it keeps changing", rule.path.display()));
                 }
-                let created = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700)) {
-                    Ok(()) => true,
-                    Err(rustix::io::Errno::EXIST) => false,
-                    Err(e) => return Err(format!("cannot create a placeholder at {}: {e}", rule.path.display())),
-                };
+                // Made under a temporary name, marked, then renamed into place
+                // (never over anything): no call ever sees it unmarked.
+                let mut tmp_name = std::ffi::OsString::from(".warden-placeholder-");
+                let mut rnd = [0u8; 8];
+                let _ = getrandom::fill(&mut rnd);
+                tmp_name.push(hex::encode(rnd));
+                if rustix::fs::mkdirat(&dir, tmp_name.as_os_str(), Mode::from_raw_mode(0o700)).is_ok() {
+                    if let Ok(t) =
+                        openat2(&dir, tmp_name.as_os_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty(), resolve)
+                    {
+                        let _ = rustix::fs::fsetxattr(&t, PLACEHOLDER_XATTR, b"1", rustix::fs::XattrFlags::empty());
+                    }
+                    let placed = rustix::fs::renameat_with(
+                        &dir,
+                        tmp_name.as_os_str(),
+                        &dir,
+                        name,
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    );
+                    if placed.is_err() {
+                        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::REMOVEDIR);
+                    }
+                }
                 let fd = match openat2(
                     &dir,
                     name,
@@ -715,9 +739,6 @@ impl Placeholders {
                     // A link appeared under the name: the runtime refuses to mount through it.
                     Err(e) => return Err(format!("cannot open the placeholder {}: {e}", rule.path.display())),
                 };
-                if created {
-                    let _ = rustix::fs::fsetxattr(&fd, PLACEHOLDER_XATTR, b"1", rustix::fs::XattrFlags::empty());
-                }
                 // One left by a warden that died is held like any other, and
                 // removed by the last call to let go of it.
                 if rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_err() {
@@ -738,6 +759,12 @@ impl Placeholders {
     }
 }
 
+/// Whether the (empty) directory at `path` is a placeholder.
+fn is_placeholder_path(path: &Path) -> bool {
+    let mut mark = [0u8; 1];
+    rustix::fs::lgetxattr(path, PLACEHOLDER_XATTR, &mut mark).is_ok()
+}
+
 /// Whether the directory open at `fd` carries warden's placeholder mark.
 fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
     let mut mark = [0u8; 1];
@@ -746,11 +773,26 @@ fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
 
 impl Drop for Placeholders {
     fn drop(&mut self) {
+        use rustix::fs::FlockOperation::{NonBlockingLockExclusive, Unlock};
         for (path, fd) in self.held.drain(..) {
-            if is_placeholder(&fd)
-                && rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
-            {
-                // Only an empty directory goes (rmdir refuses anything else).
+            if !is_placeholder(&fd) {
+                continue;
+            }
+            // The last holder removes it. Two calls ending together would each
+            // see the other's shared lock: each lets go of its own first and
+            // tries once more, so the later of the two succeeds.
+            let mut last = rustix::fs::flock(&fd, NonBlockingLockExclusive).is_ok();
+            if !last {
+                let _ = rustix::fs::flock(&fd, Unlock);
+                last = rustix::fs::flock(&fd, NonBlockingLockExclusive).is_ok();
+            }
+            // Still the directory under that name (not one made anew meanwhile,
+            // which another call may hold); only an empty one goes.
+            let same = match (rustix::fs::fstat(&fd), rustix::fs::lstat(&path)) {
+                (Ok(a), Ok(b)) => a.st_ino == b.st_ino && a.st_dev == b.st_dev,
+                _ => false,
+            };
+            if last && same {
                 let _ = std::fs::remove_dir(&path);
             }
         }
