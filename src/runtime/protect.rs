@@ -376,7 +376,7 @@ impl Protection {
         // The common directory of a worktree's git directory holds the shared config and hooks.
         let mut all = Vec::new();
         for g in gitdirs {
-            if let Ok(common) = std::fs::read_to_string(g.join("commondir"))
+            if let Some(common) = read_small(&g.join("commondir"))
                 && let Ok(c) = g.join(common.trim()).canonicalize()
             {
                 all.push(c);
@@ -520,11 +520,23 @@ fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
     }
 }
 
+/// A small regular file, read at most [`MAX_GIT_CONFIG`] bytes. These files lie
+/// where tools may write (`.git/commondir`, an included config): opened
+/// non-blocking and refused unless regular, so a FIFO or `/dev/zero` planted
+/// there cannot stall or flood the host's next call.
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
-    let f = std::fs::File::open(path).ok()?;
+    let flags = rustix::fs::OFlags::RDONLY
+        | rustix::fs::OFlags::NONBLOCK
+        | rustix::fs::OFlags::NOCTTY
+        | rustix::fs::OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return None;
+    }
     let mut text = String::new();
-    f.take(MAX_GIT_CONFIG).read_to_string(&mut text).ok()?;
+    std::fs::File::from(fd).take(MAX_GIT_CONFIG).read_to_string(&mut text).ok()?;
     Some(text)
 }
 
@@ -669,7 +681,10 @@ impl Protection {
 /// would detach that call's mount).
 #[derive(Debug, Default)]
 pub struct Placeholders {
-    held: Vec<(PathBuf, std::os::fd::OwnedFd)>,
+    /// Each placeholder: its directory, its parent (it is removed through the
+    /// parent's descriptor, never by a path a tool could have redirected) and
+    /// its name there.
+    held: Vec<(std::os::fd::OwnedFd, std::os::fd::OwnedFd, std::ffi::OsString)>,
 }
 
 /// Marks a directory as a warden placeholder.
@@ -748,7 +763,7 @@ impl Placeholders {
                 let held = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
                 match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev && held.st_nlink > 0 => {
-                        out.held.push((rule.path.clone(), fd));
+                        out.held.push((fd, dir, name.to_os_string()));
                         break;
                     }
                     _ => continue,
@@ -774,7 +789,7 @@ fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
 impl Drop for Placeholders {
     fn drop(&mut self) {
         use rustix::fs::FlockOperation::{NonBlockingLockExclusive, Unlock};
-        for (path, fd) in self.held.drain(..) {
+        for (fd, parent, name) in self.held.drain(..) {
             if !is_placeholder(&fd) {
                 continue;
             }
@@ -788,12 +803,13 @@ impl Drop for Placeholders {
             }
             // Still the directory under that name (not one made anew meanwhile,
             // which another call may hold); only an empty one goes.
-            let same = match (rustix::fs::fstat(&fd), rustix::fs::lstat(&path)) {
+            let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+            let same = match (rustix::fs::fstat(&fd), rustix::fs::statat(&parent, &name, nofollow)) {
                 (Ok(a), Ok(b)) => a.st_ino == b.st_ino && a.st_dev == b.st_dev,
                 _ => false,
             };
             if last && same {
-                let _ = std::fs::remove_dir(&path);
+                let _ = rustix::fs::unlinkat(&parent, &name, rustix::fs::AtFlags::REMOVEDIR);
             }
         }
     }

@@ -202,5 +202,42 @@ pub(crate) fn cases() -> Vec<Case> {
             "every call answers promptly: the preview opens without blocking and refuses the FIFO (not a regular file)",
             |s| attack(s, "preview-swap-fifo", Swap::Fifo),
         ),
+        Case {
+            id: "hostside-git-fifo/process",
+            class: CLASS,
+            runtime: "process",
+            attempt: "the shell tool plants a FIFO nobody writes at .git/commondir (a file warden reads on the \
+                      host to find the repository's protected places; it is not itself protected), then a second \
+                      call runs",
+            expected: "the second call answers promptly (warden opens them non-blocking and reads regular files only)",
+            heavy: false,
+            run: git_fifo,
+        },
     ]
+}
+
+/// `hostside-git-fifo/process`: files under `.git` that are not protected but
+/// that warden reads when it computes a call's protected paths.
+fn git_fifo(s: &Scene) -> Observed {
+    let ws = s.ws("git-fifo");
+    let init = std::process::Command::new("git").arg("-C").arg(&ws).args(["init", "-q"]).status();
+    if !init.is_ok_and(|st| st.success()) {
+        return Observed::skipped("git is not installed");
+    }
+    let plant = s.shell(&ws, crate::scene::SHELL, "mkfifo .git/commondir && echo planted");
+    let started = Instant::now();
+    let next = s.shell(&ws, crate::scene::SHELL, "echo next");
+    let took = started.elapsed();
+    let planted = plant.out().contains("planted");
+    Observed::new(
+        planted && !next.hung && next.out() == "next\n",
+        format!(
+            "plant: {}; next call: {:?} {} after {:.1}s{}",
+            if planted { "planted" } else { "refused" },
+            next.out(),
+            next.error_message(),
+            took.as_secs_f64(),
+            if next.hung { " (HUNG)" } else { "" }
+        ),
+    )
 }
