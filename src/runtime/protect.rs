@@ -687,6 +687,10 @@ pub struct Placeholders {
     held: Vec<(std::os::fd::OwnedFd, std::os::fd::OwnedFd, std::ffi::OsString)>,
 }
 
+/// Serialises [`Placeholders::acquire`] and its drop within one warden process
+/// (a `serve` runs many calls at once).
+static PLACEHOLDERS_OF_THIS_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Marks a directory as a warden placeholder.
 pub const PLACEHOLDER_XATTR: &str = "user.warden.placeholder";
 
@@ -695,6 +699,9 @@ impl Placeholders {
     pub fn acquire(rules: &[PathRule]) -> Result<Placeholders, String> {
         use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, openat2};
         let mut out = Placeholders::default();
+        // Calls of this process take and let go of placeholders one at a time
+        // (flock orders them against other processes).
+        let _one_at_a_time = PLACEHOLDERS_OF_THIS_PROCESS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for rule in rules.iter().filter(|r| r.kind == Kind::Absent) {
             let (Some(parent), Some(name)) = (rule.path.parent(), rule.path.file_name()) else { continue };
             let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
@@ -789,6 +796,7 @@ fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
 impl Drop for Placeholders {
     fn drop(&mut self) {
         use rustix::fs::FlockOperation::{NonBlockingLockExclusive, Unlock};
+        let _one_at_a_time = PLACEHOLDERS_OF_THIS_PROCESS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (fd, parent, name) in self.held.drain(..) {
             if !is_placeholder(&fd) {
                 continue;
