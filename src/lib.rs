@@ -21,6 +21,7 @@
 //! * [`workspace_read`]: the one way the host reads workspace content (once, beneath
 //!   the workspace fd, regular files only, bounded).
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
+//! * [`egress`]: the egress proxy, process tools' one way out of their network namespace.
 //! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
 //! * [`checkup`]: `warden audit`: the host, each tool's layers, policy lint, SARIF.
 //! * [`cli`]: the `warden` command line.
@@ -33,6 +34,7 @@ pub mod audit;
 pub mod catalog;
 pub mod checkup;
 pub mod cli;
+pub mod egress;
 pub mod error;
 pub mod executor;
 #[doc(hidden)]

@@ -524,6 +524,14 @@ fn compile_tool(
         }
     }
 
+    let allow_private = match &t.net.allow_private {
+        Some(v) if t.net.connect.is_empty() && *v.get_ref() => {
+            c.problem(v.span(), format!("tool {name}: net.allow_private = true without net.connect grants nothing"));
+            false
+        }
+        Some(v) => *v.get_ref(),
+        None => false,
+    };
     let mut net = Vec::new();
     for entry in &t.net.connect {
         match parse_host_port(entry.get_ref()) {
@@ -580,7 +588,7 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier: t.tier.unwrap_or(default_tier),
-        grants: Grants { paths, net, env_pass, env_set, sysv_ipc, inotify, system, deny, unprotect },
+        grants: Grants { paths, net, allow_private, env_pass, env_set, sysv_ipc, inotify, system, deny, unprotect },
         limits,
         rules,
         location: c.location(span),
@@ -1016,11 +1024,30 @@ fn parse_host_port(s: &str) -> Result<NetGrant, String> {
         let (h, p) = s.rsplit_once(':').ok_or("write HOST:PORT, for example \"api.example.com:443\"")?;
         (h.to_string(), p)
     };
-    if host.is_empty() || host.contains('*') || host == "0.0.0.0" || host == "::" {
-        return Err("name one host: wildcards and unspecified addresses are not allowed".into());
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() || host == "0.0.0.0" || host == "::" {
+        return Err("name a host: unspecified addresses are not destinations".into());
     }
-    if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b)) {
-        return Err("not a host name or IP address".into());
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        if ip.is_unspecified() {
+            return Err("name a host: unspecified addresses are not destinations".into());
+        }
+    } else if host != "*" {
+        // A name, or `*.` before one: every label 1-63 letters, digits, `-` or `_`.
+        let name = host.strip_prefix("*.").unwrap_or(&host);
+        let bad_label = |l: &str| {
+            l.is_empty()
+                || l.len() > 63
+                || l.starts_with('-')
+                || !l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if name.len() > 253 || name.split('.').any(bad_label) {
+            return Err(if host.contains('*') {
+                "a wildcard may only be the first label (\"*.example.com:443\") or the whole host (\"*:443\")".into()
+            } else {
+                "not a host name or IP address".into()
+            });
+        }
     }
     let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
     if port == 0 {

@@ -248,7 +248,8 @@ impl fmt::Display for GrantPath {
 /// `host:port` a tool may connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetGrant {
-    /// A host name or IP address.
+    /// A host name (lower case, no trailing dot), `*.suffix` (any name below
+    /// `suffix`, not `suffix` itself), `*` (any name), or an IP address.
     pub host: String,
     /// The TCP port.
     pub port: u16,
@@ -271,6 +272,9 @@ pub struct Grants {
     pub paths: Vec<PathGrant>,
     /// TCP destinations.
     pub net: Vec<NetGrant>,
+    /// `net.allow_private = true`: a name grant may resolve to loopback,
+    /// private, link-local, CGNAT or metadata addresses.
+    pub allow_private: bool,
     /// Host environment variables passed through by name.
     pub env_pass: Vec<String>,
     /// Environment variables set to a value (placeholders `{tmp}` expanded per call).

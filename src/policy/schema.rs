@@ -105,12 +105,15 @@ pub(crate) struct RawFs {
     pub(crate) unprotect: Vec<Spanned<String>>,
 }
 
-/// `net.connect`
+/// `net.connect`, `net.allow_private`
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNet {
     #[serde(default)]
     pub(crate) connect: Vec<Spanned<String>>,
+    /// `net.allow_private`: a name grant may resolve to loopback, private,
+    /// link-local or metadata addresses.
+    pub(crate) allow_private: Option<Spanned<bool>>,
 }
 
 /// `env.pass` / `env.set`

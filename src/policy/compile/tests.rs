@@ -152,10 +152,27 @@ fn every_problem_is_reported_not_just_the_first() {
 
 #[test]
 fn network_grants_name_one_host_and_port() {
-    for bad in ["*:443", "example.com", "example.com:0", "0.0.0.0:80", "h:99999"] {
+    for bad in
+        ["a.*.com:443", "ex*.com:443", "example.com", "example.com:0", "0.0.0.0:80", "[::]:80", "h:99999", "-a.com:1"]
+    {
         let p = first_problem(&format!("{HEAD}[tools.grep]\nplugin = \"fs\"\nnet.connect = [\"{bad}\"]\n"));
         assert!(p.message.contains("net.connect"), "{bad}: {}", p.message);
     }
+}
+
+#[test]
+fn network_grants_take_wildcards_in_the_first_label_only() {
+    let p = load(&format!(
+        "{HEAD}[tools.grep]\nexec = [\"/bin/true\"]\nnet.connect = [\"*.Example.COM.:443\", \"*:80\", \"[::1]:8080\"]\n\
+         net.allow_private = true\n"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let g = &p.tools["grep"].grants;
+    let hosts: Vec<String> = g.net.iter().map(|n| n.to_string()).collect();
+    assert_eq!(hosts, ["*.example.com:443", "*:80", "[::1]:8080"]);
+    assert!(g.allow_private);
+    let p = first_problem(&format!("{HEAD}[tools.grep]\nexec = [\"/bin/true\"]\nnet.allow_private = true\n"));
+    assert!(p.message.contains("net.allow_private"), "{}", p.message);
 }
 
 #[test]

@@ -1,0 +1,85 @@
+//! warden's egress proxy (issue 18): the one way out of a process tool's
+//! network namespace.
+//!
+//! A process tool (or wrapped MCP server) with `net.connect` grants runs in a
+//! network namespace of its own that has only loopback. Its sandbox helper
+//! listens on [`PROXY_ADDR`] inside that namespace and hands the listening
+//! socket to warden, which accepts on it from the host namespace
+//! ([`Proxy::start`]). Each connection speaks HTTP `CONNECT`, plain HTTP
+//! forwarding (absolute-form request line), or SOCKS5 (names resolved here).
+//! Per connection the requested `host:port` is checked against the tool's
+//! grants ([`rules`]), the name is resolved by warden, addresses that are
+//! loopback, private, link-local, CGNAT, multicast, unspecified or cloud
+//! metadata are refused unless a grant names that address literally or the
+//! tool sets `net.allow_private = true`, and warden connects from the host
+//! namespace. Every attempt lands in the call's [`Journal`], which the
+//! executor writes into the audit record; a refusal answers the program with
+//! an HTTP 403 (or a SOCKS reply) whose text names the grant to add.
+//!
+//! One file per concern: [`rules`] (grants and addresses), [`http`] (CONNECT
+//! and forwarding), [`socks`] (SOCKS5), [`journal`] (the attempts).
+
+pub mod http;
+pub mod journal;
+pub mod rules;
+pub mod socks;
+
+pub use journal::{Attempt, Journal};
+pub use rules::EgressPolicy;
+
+use std::sync::Arc;
+
+/// Where the proxy listens inside the call's network namespace.
+pub const PROXY_ADDR: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
+
+/// The environment variables that point programs at the proxy (both cases of
+/// the standard ones, and those npm, yarn, pip, cargo and Node read instead).
+pub fn proxy_env() -> Vec<(&'static str, String)> {
+    let http = format!("http://{PROXY_ADDR}");
+    let socks = format!("socks5h://{PROXY_ADDR}");
+    let no_proxy = "localhost,127.0.0.1,::1".to_string();
+    vec![
+        ("HTTP_PROXY", http.clone()),
+        ("http_proxy", http.clone()),
+        ("HTTPS_PROXY", http.clone()),
+        ("https_proxy", http.clone()),
+        ("ALL_PROXY", socks.clone()),
+        ("all_proxy", socks),
+        ("NO_PROXY", no_proxy.clone()),
+        ("no_proxy", no_proxy),
+        ("npm_config_proxy", http.clone()),
+        ("npm_config_https_proxy", http.clone()),
+        ("YARN_HTTP_PROXY", http.clone()),
+        ("YARN_HTTPS_PROXY", http.clone()),
+        ("PIP_PROXY", http.clone()),
+        ("CARGO_HTTP_PROXY", http.clone()),
+        ("GLOBAL_AGENT_HTTP_PROXY", http),
+        ("NODE_USE_ENV_PROXY", "1".to_string()),
+    ]
+}
+
+/// A running proxy for one call (or one server's life). Dropping it stops
+/// accepting and closes every connection it holds.
+pub struct Proxy {
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Proxy {
+    /// Serves `listener` (accepted on from the host namespace) under `policy`,
+    /// recording each attempt in `journal`, on warden's egress runtime.
+    pub fn start(
+        listener: std::net::TcpListener,
+        policy: Arc<EgressPolicy>,
+        journal: Arc<Journal>,
+    ) -> Result<Proxy, String> {
+        let stop = tokio_util::sync::CancellationToken::new();
+        http::serve(listener, policy, journal, stop.clone())?;
+        Ok(Proxy { stop })
+    }
+}
