@@ -112,6 +112,11 @@ pub struct Record {
     pub usage: Option<Usage>,
     /// The sandbox it ran under.
     pub sandbox: Option<SandboxReport>,
+    /// What it asked of the network, as warden's egress proxy saw it: counts,
+    /// bytes, and each attempt (host, port, address, allowed or refused and
+    /// why, bytes each way, duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -713,6 +718,7 @@ mod tests {
             duration_ms: 1.0,
             usage: None,
             sandbox: None,
+            network: None,
         }
     }
 

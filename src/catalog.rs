@@ -260,6 +260,26 @@ impl Found<'_> {
                         ),
                     ));
                 }
+                // Network grants likewise: only a network namespace whose one way
+                // out is warden's proxy holds a grant by host (issue 18).
+                if policy.mode == crate::policy::SandboxMode::Enforce
+                    && !spec.grants.net.is_empty()
+                    && let Some(why) =
+                        crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+                {
+                    let grants: Vec<String> = spec.grants.net.iter().take(10).map(|g| g.to_string()).collect();
+                    return Err(CallError::new(
+                        ErrorCode::SandboxUnavailable,
+                        format!(
+                            "tool {} ({}): its net.connect grants ({}) need a network namespace of the call's own \
+                             whose one way out is warden's egress proxy, and {why}; or run warden as root, or set \
+                             [sandbox] mode = \"best-effort\" to let it reach every host on the granted ports",
+                            spec.name,
+                            spec.location,
+                            grants.join(", ")
+                        ),
+                    ));
+                }
                 let description = format!("Run {}", exec.argv.join(" "));
                 (None, description, exec.schema().to_string(), "its policy entry".to_string())
             }

@@ -182,6 +182,7 @@ struct Trace {
     approved_by: Option<ApprovedBy>,
     sandbox: Option<SandboxReport>,
     usage: Option<crate::runtime::Usage>,
+    network: Option<Value>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -258,8 +259,15 @@ impl Executor {
         let call_id = random_id("c");
         let args_bytes = serde_json::to_vec(&call.args).unwrap_or_default();
         let args_sha256 = hex::encode(Sha256::digest(&args_bytes));
-        let mut trace =
-            Trace { tier: None, rule: None, decision: Decision::None, approved_by: None, sandbox: None, usage: None };
+        let mut trace = Trace {
+            tier: None,
+            rule: None,
+            decision: Decision::None,
+            approved_by: None,
+            sandbox: None,
+            usage: None,
+            network: None,
+        };
 
         let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
 
@@ -309,6 +317,7 @@ impl Executor {
             duration_ms: response.duration_ms,
             usage: trace.usage,
             sandbox: trace.sandbox,
+            network: trace.network,
         };
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
@@ -437,13 +446,14 @@ impl Executor {
                 CallError::new(ErrorCode::Internal, format!("{name}: server {} is not declared", st.server))
             })?;
             trace.sandbox = self.servers.sandbox(&st.server);
-            let (RunOutput { value, usage, .. }, sandbox) =
-                self.servers.call(server, &st.tool, &call.args, &hooks.cancel)?;
+            let run = self.servers.call(server, &st.tool, &call.args, &hooks.cancel);
+            trace.network = self.servers.network(&st.server);
+            let (RunOutput { value, usage, .. }, sandbox) = run?;
             trace.sandbox = Some(sandbox);
             return Ok(self.shape(spec, value, usage, trace));
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
-        let RunOutput { value, usage, sandbox } = match (&spec.runner, &ready.plugin) {
+        let run = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) => {
                 trace.sandbox = Some(self.processes.report(&walls));
                 self.processes.call(
@@ -453,16 +463,16 @@ impl Executor {
                     &walls,
                     tmp.as_ref().map(|t| t.path.as_path()),
                     &hooks.cancel,
-                )?
+                )
             }
             (Runner::Plugin(_), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel)?
+                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel)
             }
             (Runner::Command(command), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
                 let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
-                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel)?
+                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel)
             }
             (Runner::Plugin(p), None) | (Runner::Command(CommandSpec { plugin: p, .. }), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
@@ -471,6 +481,9 @@ impl Executor {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: a server tool reached the runtimes")));
             }
         };
+        // Whatever the outcome, the record keeps what the call asked of the network.
+        trace.network = walls.journal.take();
+        let RunOutput { value, usage, sandbox } = run?;
         if sandbox.is_some() {
             trace.sandbox = sandbox;
         }
@@ -487,6 +500,11 @@ impl Executor {
     ) -> (Value, bool) {
         let streams_truncated = usage.truncated;
         trace.usage = Some(usage);
+        // The network in short, so the model can ask for the grant it lacks.
+        let mut value = value;
+        if let (Some(network), Some(fields)) = (&trace.network, value.as_object_mut()) {
+            fields.insert("network".into(), crate::egress::journal::summary(network));
+        }
         let max = usize::try_from(spec.limits.max_output).unwrap_or(usize::MAX);
         let (value, cut) = shape::truncate(shape::sanitize(value), max);
         if let Some(u) = trace.usage.as_mut() {

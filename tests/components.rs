@@ -322,6 +322,8 @@ mod protected_paths {
             dirs: vec![(ws.clone(), true), (ws.join(".git"), true)],
             env: vec![],
             net: vec![],
+            allow_private: false,
+            journal: Default::default(),
             limits,
             workspace: ws.clone(),
             has_tmp: false,

@@ -88,6 +88,8 @@ impl Scene {
             dirs,
             env: Vec::new(),
             net: Vec::new(),
+            allow_private: false,
+            journal: Default::default(),
             limits: Scene::limits(timeout),
             workspace: self.ws.clone(),
             has_tmp: false,

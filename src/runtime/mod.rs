@@ -101,6 +101,12 @@ pub struct SandboxReport {
     /// `/proc`: `private` (the call's pid namespace) or `host` (processes only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proc: Option<&'static str>,
+    /// How the call reaches the network: `proxy` (a network namespace whose one
+    /// way out is warden's egress proxy), `loopback` (a network namespace, no
+    /// grants), `landlock-ports` (best-effort without a namespace: every host on
+    /// the granted ports), `none` (no sockets), or `wasi-host` (components).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<&'static str>,
 }
 
 /// What a tool returned.
@@ -123,6 +129,10 @@ pub struct Walls {
     pub env: Vec<(String, String)>,
     /// TCP destinations.
     pub net: Vec<NetGrant>,
+    /// `net.allow_private = true`.
+    pub allow_private: bool,
+    /// The call's network attempts, as its egress proxy saw them.
+    pub journal: std::sync::Arc<crate::egress::Journal>,
     /// Limits.
     pub limits: Limits,
     /// The workspace (relative paths are joined to it).
@@ -222,6 +232,8 @@ impl Walls {
             dirs,
             env,
             net: g.net.clone(),
+            allow_private: g.allow_private,
+            journal: Default::default(),
             limits: tool.limits,
             workspace: workspace.to_path_buf(),
             has_tmp: tmp.is_some(),

@@ -10,7 +10,8 @@
 //! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
 //! 4. joins the per-call cgroups (pids and memory, as root); makes the call's
 //!    namespaces when the host asks ([`namespaces`]: user when not root, mount,
-//!    pid, IPC) and forks: the parent stays outside as the monitor, the child
+//!    pid, IPC, network with only loopback) and forks; with network grants
+//!    listens for warden's proxy inside and hands the socket over ([`netns`]); the parent stays outside as the monitor, the child
 //!    is pid 1 of the new pid namespace and goes on; mounts a fresh `/proc`,
 //!    `{tmp}` as a tmpfs of its own (with a private `/dev/shm` for `{system}`;
 //!    [`tmpfs`]), and the protected and denied paths ([`mounts`]); without the
@@ -41,6 +42,7 @@ use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
 use super::limits;
 use super::mounts;
 use super::namespaces::{self, NsError};
+use super::netns;
 use super::seccomp;
 use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
 use super::tmpfs;
@@ -187,6 +189,13 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     }
     let in_ns = entered.is_some();
     let userns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.user);
+    let netns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.net);
+    r.net_namespace = netns;
+    // 4b'. warden's proxy: the one way out of the network namespace (issue 18).
+    if spec.namespaces.as_ref().is_some_and(|p| p.proxy) {
+        let listener = if netns { Some(netns::proxy_listener()?) } else { None };
+        netns::send_listener(channel, listener.as_ref())?;
+    }
     // 4c. A /proc of the call's own pid namespace.
     if in_ns {
         r.proc_private = namespaces::mount_proc();
@@ -275,8 +284,13 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
 
     // 8. Landlock.
     let abi = landlock::kernel_abi();
-    let mut rules =
-        LandlockRules { read: spec.read.clone(), write: spec.write.clone(), connect_ports: spec.net_ports.clone() };
+    // In the call's network namespace TCP is free: loopback and the proxy are all there is.
+    let mut rules = LandlockRules {
+        read: spec.read.clone(),
+        write: spec.write.clone(),
+        connect_ports: spec.net_ports.clone(),
+        network_namespace: netns,
+    };
     // {system} reaches the call's own /proc and /dev/shm, never the host's.
     if spec.system && r.proc_private {
         rules.read.push("/proc".into());
@@ -303,6 +317,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         ipc: r.ipc_namespace || spec.sysv_ipc,
         inotify: spec.inotify,
         pid_namespace: in_ns,
+        network_namespace: netns,
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

@@ -52,6 +52,9 @@ pub struct LandlockRules {
     pub write: Vec<PathBuf>,
     /// TCP ports `connect` may reach; `None`: no TCP at all.
     pub connect_ports: Option<Vec<u16>>,
+    /// The call has a network namespace of its own: TCP is not handled (it
+    /// reaches only the namespace's loopback and warden's proxy).
+    pub network_namespace: bool,
 }
 
 /// A rule for `path` (canonical: the host resolved it), opened without following
@@ -93,7 +96,8 @@ pub fn apply_to_current_thread(rules: &LandlockRules, abi_version: u32) -> Resul
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
         .map_err(err)?;
-    if used >= 4 {
+    let net = used >= 4 && !rules.network_namespace;
+    if net {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(err)?;
     }
     if used >= 6 {
@@ -107,7 +111,7 @@ pub fn apply_to_current_thread(rules: &LandlockRules, abi_version: u32) -> Resul
             }
         }
     }
-    if used >= 4 {
+    if net {
         for port in rules.connect_ports.iter().flatten() {
             created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;
         }

@@ -10,7 +10,7 @@
 //! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
 //!
 //! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
-//! [`namespaces`], [`mounts`], [`helper`];
+//! [`namespaces`], [`netns`], [`mounts`], [`helper`];
 //! [`spec`] is what the host hands the helper.
 
 pub mod cgroup;
@@ -19,6 +19,7 @@ pub mod landlock;
 pub mod limits;
 pub mod mounts;
 pub mod namespaces;
+pub mod netns;
 pub mod seccomp;
 pub mod spec;
 pub mod tmpfs;
@@ -114,6 +115,8 @@ pub struct ServerProcess {
     stderr: Option<std::process::ChildStderr>,
     /// The placeholders of absent protected paths, for the server's lifetime.
     _placeholders: Option<crate::runtime::protect::Placeholders>,
+    /// warden's proxy, the server's one way out, for its lifetime.
+    proxy: Option<crate::egress::Proxy>,
 }
 
 /// A started server and the sandbox the helper confirmed.
@@ -156,6 +159,7 @@ impl ServerProcess {
         self.cgroup = None;
         // Its mounts are gone with its processes: the placeholders may go too.
         self._placeholders = None;
+        self.proxy = None;
         status
     }
 }
@@ -169,9 +173,9 @@ impl Drop for ServerProcess {
 }
 
 /// Reads the helper's first report line from a socket that stays open.
-fn read_first_report(channel: &mut std::os::unix::net::UnixStream) -> HelperReport {
+fn read_first_report(channel: &mut std::os::unix::net::UnixStream, prefix: Option<u8>) -> HelperReport {
     let _ = channel.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut line = Vec::new();
+    let mut line: Vec<u8> = prefix.into_iter().filter(|b| *b != b'\n').collect();
     let mut byte = [0u8; 1];
     // Byte by byte: what follows the line is not ours to consume.
     while line.len() < MAX_REPORT as usize {
@@ -196,6 +200,11 @@ struct Spawned {
     cgroup: Option<cgroup::CallCgroup>,
     /// The placeholders of absent protected paths, removed when dropped.
     _placeholders: Option<crate::runtime::protect::Placeholders>,
+    /// warden's proxy, the call's one way out of its network namespace.
+    proxy: Option<crate::egress::Proxy>,
+    /// The first byte of the helper's report, when it came where the proxy's
+    /// socket was expected.
+    report_prefix: Option<u8>,
 }
 
 /// How a supervised process ended.
@@ -260,6 +269,29 @@ impl ProcessRuntime {
         ))
     }
 
+    /// Refuses, in `enforce` mode, a call with network grants where no network
+    /// namespace can be made: Landlock filters TCP by port only, so a grant of
+    /// `host:443` would open every host on 443, and a name grant UDP to every
+    /// address.
+    fn check_net(&self, tool: &str, walls: &Walls) -> Result<(), CallError> {
+        if walls.net.is_empty() || self.mode == SandboxMode::BestEffort || self.namespaces_now() {
+            return Ok(());
+        }
+        let ns = self.namespace_support();
+        let grants: Vec<String> = walls.net.iter().take(10).map(|g| g.to_string()).collect();
+        Err(CallError::new(
+            ErrorCode::SandboxUnavailable,
+            format!(
+                "{tool}: its net.connect grants ({}) hold only where the call has a network namespace of its own \
+                 whose one way out is warden's proxy, and none can be made here: {}; enable unprivileged user \
+                 namespaces, run warden as root, or set [sandbox] mode = \"best-effort\" to let it reach every \
+                 host on the granted ports",
+                grants.join(", "),
+                ns.reason.unwrap_or_else(|| "the kernel refused them".into())
+            ),
+        ))
+    }
+
     /// Refuses, in `enforce` mode, when a layer is missing.
     fn check_support(&self, tool: &str) -> Result<(), CallError> {
         if self.mode == SandboxMode::BestEffort {
@@ -302,7 +334,7 @@ impl ProcessRuntime {
         let argv = fill_argv(tool, exec, args, tmp)?;
         let limits = walls.limits;
         let started = Instant::now();
-        let Spawned { mut child, pid, mut channel, cgroup, _placeholders } =
+        let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
             self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let overflow = Arc::new(AtomicBool::new(false));
@@ -320,11 +352,13 @@ impl ProcessRuntime {
         let hit_memory_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_memory_max);
         let memory_cgroup = cgroup.as_ref().is_some_and(cgroup::CallCgroup::has_memory);
         drop(cgroup);
+        // The tree is gone: so are the proxy's connections (its journal keeps them).
+        drop(proxy);
         let ended = ended?;
         let elapsed = started.elapsed();
 
         // Every end of the socket is closed now: the helper exec'd (close-on-exec) or exited.
-        let report = read_report(&mut channel);
+        let report = read_report(&mut channel, report_prefix);
         if ended.cancelled {
             return Err(CallError::new(
                 ErrorCode::Cancelled,
@@ -461,6 +495,7 @@ impl ProcessRuntime {
     ) -> Result<Spawned, CallError> {
         self.check_support(tool)?;
         self.check_paths(tool, walls)?;
+        self.check_net(tool, walls)?;
         let helper = self.helper.as_ref().ok_or_else(|| {
             CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
         })?;
@@ -472,13 +507,16 @@ impl ProcessRuntime {
         };
         let ns = self.namespaces_now();
         let enforce = self.mode == SandboxMode::Enforce;
+        let proxied = ns && !walls.net.is_empty();
         let plan = ns.then_some(NsPlan {
             user: !self.support.root,
             ipc: true,
             shm: walls.system,
             shm_size: limits.tmp_size,
             shm_files: limits.tmp_files,
-            required: enforce && !walls.protect.rules.is_empty(),
+            net: true,
+            proxy: proxied,
+            required: enforce && (!walls.protect.rules.is_empty() || !walls.net.is_empty()),
         });
         // Something to mount over each absent protected path, for the call's duration.
         let placeholders = if ns && !walls.protect.rules.is_empty() {
@@ -528,14 +566,24 @@ impl ProcessRuntime {
         } else {
             Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
         };
+        let mut env = walls.env.clone();
+        if proxied {
+            for (name, value) in crate::egress::proxy_env() {
+                if !env.iter().any(|(k, _)| k == name) {
+                    env.push((name.to_string(), value));
+                }
+            }
+        }
         let spec = SandboxSpec {
             argv,
-            env: walls.env.clone(),
+            env,
             cwd: cwd.to_path_buf(),
             read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
             write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
-            net_ports: if walls.net.is_empty() { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
-            udp: walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()),
+            // With a network namespace the proxy is the way out; without one
+            // (best-effort mode) Landlock's ports are all there is.
+            net_ports: if walls.net.is_empty() || ns { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
+            udp: !ns && walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()),
             limits: RlimitSpec {
                 cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
                 address_space: limits.memory,
@@ -608,7 +656,36 @@ impl ProcessRuntime {
                 let _ = channel.shutdown(std::net::Shutdown::Write);
             }
         }
-        Ok(Spawned { child, pid, channel, cgroup, _placeholders: placeholders })
+        let mut spawned =
+            Spawned { child, pid, channel, cgroup, _placeholders: placeholders, proxy: None, report_prefix: None };
+        if proxied {
+            match netns::recv_listener(&spawned.channel, Duration::from_secs(10)) {
+                Ok(netns::Received::Listener(listener)) => {
+                    let policy = crate::egress::EgressPolicy {
+                        tool: tool.to_string(),
+                        grants: walls.net.clone(),
+                        allow_private: walls.allow_private,
+                    };
+                    match crate::egress::Proxy::start(listener, Arc::new(policy), walls.journal.clone()) {
+                        Ok(p) => spawned.proxy = Some(p),
+                        Err(e) => {
+                            let _ = killpg(pid, Signal::SIGKILL);
+                            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                            let _ = spawned.child.wait();
+                            return Err(CallError::new(
+                                ErrorCode::SandboxUnavailable,
+                                format!("{tool}: cannot start warden's egress proxy: {e}"),
+                            ));
+                        }
+                    }
+                }
+                // The helper's report says why there is no socket (it refuses
+                // to go on in enforce mode; otherwise the tool has no network).
+                Ok(netns::Received::None) | Err(_) => {}
+                Ok(netns::Received::Report(b)) => spawned.report_prefix = Some(b),
+            }
+        }
+        Ok(spawned)
     }
 
     /// Starts `exec` (no argument placeholders) as a long-running confined program
@@ -622,13 +699,13 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
     ) -> Result<StartedServer, CallError> {
         let argv = fill_argv(name, exec, &Value::Null, tmp)?;
-        let Spawned { mut child, pid, mut channel, cgroup, _placeholders } =
+        let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
             self.spawn(name, argv, &exec.cwd, walls, tmp, true)?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, _placeholders };
+        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, _placeholders, proxy };
         // The first report line arrives before the exec; the socket stays open (it is the program's stdin).
-        let report = read_first_report(&mut channel);
+        let report = read_first_report(&mut channel, report_prefix);
         if !report.ok {
             let why = report.error.unwrap_or_else(|| "the sandbox helper stopped before reporting".into());
             return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("server {name}: {why}")));
@@ -658,6 +735,7 @@ impl ProcessRuntime {
         }
         confirmed.namespaces = report.namespaces.iter().filter_map(|n| namespace_name(n)).collect();
         confirmed.proc = Some(if report.proc_private { "private" } else { "host" });
+        confirmed.egress = Some(egress_kind(report.net_namespace, !walls.net.is_empty()));
         confirmed.paths =
             (!walls.protect.rules.is_empty()).then_some(if report.paths_masked { "mount-namespace" } else { "none" });
         // As root only the cgroup bounds processes (uid 0 is exempt from RLIMIT_NPROC).
@@ -678,7 +756,7 @@ impl ProcessRuntime {
             if !self.support.root {
                 namespaces.push("user");
             }
-            namespaces.extend(["mount", "pid", "ipc"]);
+            namespaces.extend(["mount", "pid", "ipc", "net"]);
         }
         SandboxReport {
             runtime: "process",
@@ -701,13 +779,24 @@ impl ProcessRuntime {
             paths: (!walls.protect.rules.is_empty()).then_some(if ns { "mount-namespace" } else { "none" }),
             namespaces,
             proc: Some(if ns { "private" } else { "host" }),
+            egress: Some(egress_kind(ns, !walls.net.is_empty())),
         }
+    }
+}
+
+/// How a call reaches the network, for [`SandboxReport::egress`].
+fn egress_kind(network_namespace: bool, grants: bool) -> &'static str {
+    match (network_namespace, grants) {
+        (true, true) => "proxy",
+        (true, false) => "loopback",
+        (false, true) => "landlock-ports",
+        (false, false) => "none",
     }
 }
 
 /// The static name of a namespace the helper reports, for [`SandboxReport::namespaces`].
 fn namespace_name(name: &str) -> Option<&'static str> {
-    ["user", "mount", "pid", "ipc"].into_iter().find(|n| *n == name)
+    ["user", "mount", "pid", "ipc", "net"].into_iter().find(|n| *n == name)
 }
 
 /// The `protected` result field: a write the call's read-only paths refused
@@ -921,8 +1010,8 @@ fn group_has_live_members(pgid: Pid) -> bool {
 }
 
 /// Reads the helper's report lines from its socket (the program never holds it).
-fn read_report(channel: &mut std::os::unix::net::UnixStream) -> HelperReport {
-    let mut text = Vec::new();
+fn read_report(channel: &mut std::os::unix::net::UnixStream, prefix: Option<u8>) -> HelperReport {
+    let mut text: Vec<u8> = prefix.into_iter().collect();
     let _ = channel.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = channel.take(MAX_REPORT).read_to_end(&mut text);
     // The first line is the confinement; a second one means the execve failed.
@@ -999,7 +1088,7 @@ mod tests {
                 helper.write_all(line(r).as_bytes()).unwrap_or_else(|e| panic!("{e}"));
             }
             drop(helper);
-            let got = read_report(&mut host);
+            let got = read_report(&mut host, None);
             let _ = (&bad, &good);
             assert_eq!((got.ok, got.exec_failed), (expect_ok, expect_exec_failed), "{lines:?}");
         }

@@ -1,5 +1,6 @@
 //! The call's own namespaces (issue 17): mount, pid and IPC, and a user
-//! namespace when warden is not root (the same uid and gid inside as outside).
+//! namespace when warden is not root (the same uid and gid inside as outside);
+//! and network, with only loopback (issue 18, [`super::netns`]).
 //!
 //! In the helper, after it joined the call's cgroups: `unshare`, the id maps,
 //! every mount made a slave of the host's (mounts propagate in, never out),
@@ -122,6 +123,10 @@ pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
         flags |= CloneFlags::CLONE_NEWIPC;
         names.push("ipc".to_string());
     }
+    if plan.net {
+        flags |= CloneFlags::CLONE_NEWNET;
+        names.push("net".to_string());
+    }
     nix::sched::unshare(flags).map_err(|e| NsError::Refused(format!("unshare({}): {e}", names.join(", "))))?;
     let broken = |what: &str, e: &dyn std::fmt::Display| NsError::Broken(format!("{what}: {e}"));
     if plan.user {
@@ -133,6 +138,9 @@ pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
     }
     nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
         .map_err(|e| broken("cannot make the mounts private (mount / MS_SLAVE)", &e))?;
+    if plan.net {
+        super::netns::loopback_up().map_err(|e| broken("the call's network namespace", &e))?;
+    }
 
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
         .map_err(|e| broken("pipe2", &e))?;

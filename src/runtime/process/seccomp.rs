@@ -1,6 +1,10 @@
 //! The seccomp filters, built as pure data ([`build`]) and installed last,
 //! just before `execve` ([`apply_to_current_thread`]).
 //!
+//! * In the call's network namespace (issue 18: only loopback, and warden's
+//!   proxy the one way out) `AF_INET`/`AF_INET6` stream and datagram sockets,
+//!   `bind` and `listen` are admitted; every other family and type below stays
+//!   refused. Without one (best-effort mode where none can be made):
 //! * `socket()`: nothing without a network grant; with one, `AF_INET`/`AF_INET6`
 //!   stream sockets with protocol 0 or TCP (this also closes Landlock's MPTCP
 //!   gap, protocol 262, and SCTP, which protocol 0 selects for
@@ -126,7 +130,6 @@ const EPERM_CALLS: &[i64] = &[
     libc::SYS_personality,
     libc::SYS_setsid,
     libc::SYS_setpgid,
-    libc::SYS_listen,
     libc::SYS_process_madvise,
     libc::SYS_kcmp,
     libc::SYS_pidfd_getfd,
@@ -235,6 +238,10 @@ pub struct Target {
     /// refused, so the monitor cannot be stopped or killed from inside (the
     /// namespace's end kills every process of it anyway).
     pub pid_namespace: bool,
+    /// The tool has a network namespace of its own with only loopback (and
+    /// warden's proxy): IP stream and datagram sockets, `bind` and `listen`
+    /// are admitted, since nothing they reach leaves the namespace.
+    pub network_namespace: bool,
 }
 
 /// The metadata calls refused to a tool running as uid 0.
@@ -263,7 +270,8 @@ const SOCK_PACKET: i32 = 10;
 
 /// The filters, in the order they are installed.
 pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
-    let (net, udp) = (target.net, target.net && target.udp);
+    let netns = target.network_namespace;
+    let (net, udp) = (target.net || netns, (target.net && target.udp) || netns);
     let arch = TargetArch::x86_64;
     let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction| -> Result<BpfProgram, String> {
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(|e| e.to_string())?;
@@ -273,6 +281,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     let enosys: BTreeMap<i64, Vec<SeccompRule>> = ENOSYS_CALLS.iter().map(|&n| (n, vec![])).collect();
 
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = EPERM_CALLS.iter().map(|&n| (n, vec![])).collect();
+    if !netns {
+        // listen auto-binds an unbound socket to an ephemeral port on every
+        // address of the host's network.
+        eperm.insert(libc::SYS_listen, vec![]);
+    }
     let clone_rules = NAMESPACE_FLAGS
         .iter()
         .map(|&flag| rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?]))
@@ -339,8 +352,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     // bind: Landlock allows TCP on no port, and nothing else may bind either: a
     // socketpair end could take an abstract name a host daemon binds later, and
     // a UDP socket (beside a grant that names a host) a port. A UDP client needs
-    // no explicit bind (the kernel picks a port at the first send).
-    eperm.insert(libc::SYS_bind, vec![]);
+    // no explicit bind (the kernel picks a port at the first send). In the
+    // call's network namespace every address and abstract name is its own.
+    if !netns {
+        eperm.insert(libc::SYS_bind, vec![]);
+    }
 
     // Signals to the host. pid_t is 32 bits: compare the low half, two's complement.
     let host = u64::from(target.host_pid);
@@ -431,8 +447,17 @@ mod tests {
         for (net, udp, uid0) in
             [(false, false, false), (true, false, false), (true, true, false), (false, false, true), (true, true, true)]
         {
-            let target =
-                Target { net, udp, host_pid: 4242, host_pgid: 4242, uid0, ipc: uid0, inotify: net, pid_namespace: net };
+            let target = Target {
+                net,
+                udp,
+                host_pid: 4242,
+                host_pgid: 4242,
+                uid0,
+                ipc: uid0,
+                inotify: net,
+                pid_namespace: net,
+                network_namespace: udp,
+            };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);
             assert!(filters.iter().all(|f| !f.is_empty() && f.len() < 4096));

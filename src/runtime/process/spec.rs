@@ -26,7 +26,9 @@ pub struct SandboxSpec {
     pub read: Vec<PathBuf>,
     /// Paths readable, writable and executable.
     pub write: Vec<PathBuf>,
-    /// TCP ports `connect` may reach; `socket()` is refused for every family when `None`.
+    /// TCP ports `connect` may reach, without a network namespace (best-effort
+    /// mode); `socket()` is refused for every family when `None` and the call
+    /// has no network namespace.
     pub net_ports: Option<Vec<u16>>,
     /// UDP sockets too (with `net_ports`): a grant names a host, which the
     /// program resolves over DNS itself. Otherwise only TCP.
@@ -100,8 +102,15 @@ pub struct NsPlan {
     /// Its files without a `{tmp}` (`limits.tmp_files`).
     #[serde(default)]
     pub shm_files: u32,
-    /// Fail when they cannot be made (the call has [`SandboxSpec::rules`] in
-    /// enforce mode); otherwise go on without them and report it.
+    /// A network namespace too, with only loopback ([`super::netns`]).
+    #[serde(default)]
+    pub net: bool,
+    /// Listen for warden's proxy inside it and hand the socket over (the tool
+    /// has `net.connect` grants).
+    #[serde(default)]
+    pub proxy: bool,
+    /// Fail when they cannot be made (the call has [`SandboxSpec::rules`] or
+    /// network grants in enforce mode); otherwise go on without them and report it.
     pub required: bool,
 }
 
@@ -178,6 +187,10 @@ pub struct HelperReport {
     /// The rules were applied by mounts.
     #[serde(default)]
     pub paths_masked: bool,
+    /// The call has a network namespace of its own (only loopback; the proxy
+    /// its one way out).
+    #[serde(default)]
+    pub net_namespace: bool,
 }
 
 /// The helper's report channel (close-on-exec).

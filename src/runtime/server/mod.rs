@@ -83,6 +83,8 @@ struct Slot {
 struct Live {
     conn: Arc<Connection>,
     sandbox: SandboxReport,
+    /// What its egress proxy saw, drained after each call.
+    journal: Arc<crate::egress::Journal>,
     _tmp: Option<CallTmp>,
 }
 
@@ -126,6 +128,15 @@ impl ServerPool {
         let slot = self.slot(name);
         let slot = lock(&slot);
         slot.live.as_ref().map(|l| l.sandbox.clone())
+    }
+
+    /// What the server asked of the network since the last time this was
+    /// asked (its proxy's journal, drained): the attempts of the calls that
+    /// ran meanwhile (several at once share them).
+    pub fn network(&self, name: &str) -> Option<Value> {
+        let slot = self.slot(name);
+        let slot = lock(&slot);
+        slot.live.as_ref().and_then(|l| l.journal.take())
     }
 
     /// The running server's process id (for tests and diagnostics).
@@ -241,7 +252,7 @@ impl ServerPool {
         lock(&self.spawner)
             .send(job)
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))?;
-        let (process, sandbox, tmp) = rx
+        let (process, sandbox, tmp, journal) = rx
             .recv()
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
         let conn = Arc::new(Connection::new(&spec.name, process)?);
@@ -261,12 +272,12 @@ impl ServerPool {
                 e
             }
         })?;
-        Ok((Live { conn, sandbox, _tmp: tmp }, tools))
+        Ok((Live { conn, sandbox, journal, _tmp: tmp }, tools))
     }
 }
 
 /// A server process, the sandbox it runs in, and its `{tmp}` (removed with it).
-type Started = (crate::runtime::process::ServerProcess, SandboxReport, Option<CallTmp>);
+type Started = (crate::runtime::process::ServerProcess, SandboxReport, Option<CallTmp>, Arc<crate::egress::Journal>);
 
 /// Spawns the server's confined process from the calling thread (the spawner:
 /// see the module docs for why).
@@ -278,7 +289,7 @@ fn start_on_this_thread(
 ) -> Result<Started, CallError> {
     let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace, writable)?;
     let started = processes.start_server(&spec.name, &spec.exec, &walls, tmp.as_ref().map(|t| t.path.as_path()))?;
-    Ok((started.process, started.sandbox, tmp))
+    Ok((started.process, started.sandbox, tmp, walls.journal.clone()))
 }
 
 /// `initialize`, `notifications/initialized`, then every page of `tools/list`.

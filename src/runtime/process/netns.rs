@@ -1,0 +1,129 @@
+//! The call's network namespace (issue 18): only loopback, and with network
+//! grants one listening socket handed to warden, the proxy's.
+//!
+//! [`super::namespaces::enter`] unshares `CLONE_NEWNET` with the others; the
+//! new namespace has a loopback interface that is down and nothing else (no
+//! route, no resolver that answers: a name lookup fails at once). While the
+//! helper still holds its capabilities there, [`loopback_up`] brings `lo` up,
+//! so programs may serve and connect on 127.0.0.1 and ::1 inside (test
+//! suites do).
+//!
+//! With `net.connect` grants the helper listens on [`PROXY_ADDR`] inside the
+//! namespace ([`proxy_listener`]) and sends that socket over its report
+//! channel ([`send_listener`]), then closes its own copy: only warden holds
+//! it, and accepts on it from the host namespace (a socket keeps the
+//! namespace it was made in; accepted connections belong to it too). What a
+//! program sends there is all it can send: warden's proxy ([`crate::egress`])
+//! decides each connection and makes the outgoing one itself, from the host
+//! namespace. The host reads the marker byte first ([`recv_listener`]): `P`
+//! with the descriptor, or `N` (no listener; the helper's report says why).
+//!
+//! [`PROXY_ADDR`]: crate::egress::PROXY_ADDR
+
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+/// The marker byte sent with the proxy's listening socket.
+const WITH_LISTENER: u8 = b'P';
+/// The marker byte sent when there is none.
+const WITHOUT_LISTENER: u8 = b'N';
+
+/// Brings the namespace's loopback interface up (`SIOCSIFFLAGS` on `lo`).
+/// Needs `CAP_NET_ADMIN` in the namespace's owning user namespace.
+pub fn loopback_up() -> Result<(), String> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")
+        .or_else(|_| std::net::UdpSocket::bind("[::]:0"))
+        .map_err(|e| format!("cannot open a socket to configure lo: {e}"))?;
+    // SAFETY: `ifreq` is plain data; zeroed is a valid value.
+    #[allow(unsafe_code)]
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the flags of the interface named in `req` into it;
+    // `req` is a valid, live `ifreq` for the duration of the call.
+    #[allow(unsafe_code)]
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+        return Err(format!("cannot read lo's flags: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the flags member of the union, just filled by SIOCGIFFLAGS.
+    #[allow(unsafe_code)]
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads `req` (name and flags); it stays valid for the call.
+    #[allow(unsafe_code)]
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } != 0 {
+        return Err(format!("cannot bring lo up: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The proxy's listening socket at [`crate::egress::PROXY_ADDR`], in the
+/// namespace the caller is in (close-on-exec).
+pub fn proxy_listener() -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(crate::egress::PROXY_ADDR)
+        .map_err(|e| format!("cannot listen on {} for warden's proxy: {e}", crate::egress::PROXY_ADDR))
+}
+
+/// Sends `listener` (or, with `None`, only the marker that there is none) on
+/// the helper's report channel.
+pub fn send_listener(channel: &impl AsRawFd, listener: Option<&std::net::TcpListener>) -> Result<(), String> {
+    let fds = listener.map(|l| [l.as_raw_fd()]);
+    let marker = [if fds.is_some() { WITH_LISTENER } else { WITHOUT_LISTENER }];
+    let iov = [IoSlice::new(&marker)];
+    let cmsg: Vec<ControlMessage<'_>> = fds.as_ref().map(|f| ControlMessage::ScmRights(f)).into_iter().collect();
+    sendmsg::<()>(channel.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+        .map_err(|e| format!("cannot hand warden the proxy's socket: {e}"))?;
+    Ok(())
+}
+
+/// What [`recv_listener`] read.
+pub enum Received {
+    /// The proxy's listening socket.
+    Listener(std::net::TcpListener),
+    /// The helper had none (its report says why).
+    None,
+    /// Not a marker: the first byte of the helper's report, to be read with the rest.
+    Report(u8),
+}
+
+/// Reads the marker (and the socket) the helper sends, waiting at most `timeout`.
+pub fn recv_listener(
+    channel: &std::os::unix::net::UnixStream,
+    timeout: std::time::Duration,
+) -> Result<Received, String> {
+    let _ = channel.set_read_timeout(Some(timeout));
+    let mut byte = [0u8; 1];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let (n, fd) = loop {
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        match recvmsg::<()>(channel.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(format!("no word from the sandbox helper about the proxy's socket: {e}")),
+            Ok(msg) => {
+                let mut fd = None;
+                for c in msg.cmsgs().map_err(|e| format!("bad message from the sandbox helper: {e}"))? {
+                    if let ControlMessageOwned::ScmRights(fds) = c {
+                        for raw in fds {
+                            // SAFETY: the kernel just installed `raw` in this process for us; nothing else owns it.
+                            #[allow(unsafe_code)]
+                            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                            fd.get_or_insert(owned);
+                        }
+                    }
+                }
+                break (msg.bytes, fd);
+            }
+        }
+    };
+    let _ = channel.set_read_timeout(None);
+    Ok(match (n, byte[0], fd) {
+        (0, _, _) => Received::None,
+        (_, WITH_LISTENER, Some(fd)) => Received::Listener(std::net::TcpListener::from(fd)),
+        (_, WITH_LISTENER | WITHOUT_LISTENER, _) => Received::None,
+        (_, other, _) => Received::Report(other),
+    })
+}
