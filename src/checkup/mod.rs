@@ -172,16 +172,21 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                         },
                         Err(why) => missing.push(format!("its protected and denied paths: {why}")),
                     }
-                    if !e.spec.grants.net.is_empty() {
-                        let names = e.spec.grants.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err());
-                        layers.push(
-                            if names {
-                                "TCP to granted ports, UDP (a grant names a host)"
-                            } else {
-                                "TCP to granted ports only, no UDP"
-                            }
-                            .into(),
-                        );
+                    // The egress mechanism (issue 18).
+                    match (namespace_refusal(), e.spec.grants.net.is_empty()) {
+                        (None, true) => layers.push("network: a namespace of its own, loopback only".into()),
+                        (None, false) => layers.push(format!(
+                            "network: a namespace of its own whose one way out is warden's egress proxy \
+                             (each connection checked against {} grant(s) by host and port, names resolved by \
+                             warden, private addresses {}; no DNS or UDP out)",
+                            e.spec.grants.net.len(),
+                            if e.spec.grants.allow_private { "admitted (net.allow_private)" } else { "refused" }
+                        )),
+                        (Some(_), true) => layers.push("network: no sockets (seccomp)".into()),
+                        (Some(why), false) => missing.push(format!(
+                            "a network namespace for its net.connect grants ({why}); without one Landlock admits \
+                             every host on the granted ports"
+                        )),
                     }
                     (e.spec.runtime(), layers, missing)
                 }
@@ -198,7 +203,9 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                     layers.push(if e.spec.grants.net.is_empty() {
                         "no sockets".into()
                     } else {
-                        "sockets to granted addresses only".into()
+                        "network: warden's WASI host admits sockets to granted addresses only (names resolved by \
+                         warden, private addresses refused unless granted literally or net.allow_private)"
+                            .into()
                     });
                     ("component", layers, Vec::new())
                 }

@@ -90,11 +90,13 @@ pub const RULES: &[LintRule] = &[
         id: "WL103",
         name: "net-any-host",
         severity: Severity::Warning,
-        short: "A process tool's network grant reaches every host on that port",
-        full: "Landlock filters TCP by port, not by address: a process tool granted api.example.com:443 can \
-               connect to any host on port 443, which is enough to send data anywhere.",
-        help: "Run networked tools as components (whose grants are checked per address), or accept the port-wide \
-               reach knowingly.",
+        short: "A process tool's network grant reaches every host on that port on this host",
+        full: "A process tool's grants hold by host only inside a network namespace of the call's own, whose one \
+               way out is warden's egress proxy. This host cannot make one, so in enforce mode the tool is \
+               unavailable, and in best-effort mode Landlock filters its TCP by port only: granted \
+               api.example.com:443, it can connect to any host on port 443, which is enough to send data anywhere.",
+        help: "Enable unprivileged user namespaces (or run warden as root) so the proxy holds the grant, or run the \
+               networked tool as a component.",
         security_severity: "5.0",
     },
     LintRule {
@@ -236,6 +238,18 @@ pub const RULES: &[LintRule] = &[
                outside the sandbox, as the user, the next time git, the shell, the editor or an agent reads it.",
         help: "Remove the entry unless this tool's job is to edit that file; review what it wrote before you run git, \
                open the folder or start an agent there.",
+        security_severity: "6.0",
+    },
+    LintRule {
+        id: "WL117",
+        name: "net-wide-grant",
+        severity: Severity::Warning,
+        short: "An auto-tier tool's network grant is wider than one registrable domain",
+        full: "`net.connect = [\"*:443\"]` or `[\"*.com:443\"]` lets the tool reach any host of the internet (or of a \
+               whole public suffix) on that port: enough to send anything it reads anywhere. warden's proxy still \
+               refuses private and metadata addresses.",
+        help: "Name the hosts the tool needs, or one domain with `*.example.com:443`; or set the tool's tier to \
+               `ask` so a person approves each call.",
         security_severity: "6.0",
     },
     LintRule {
@@ -513,13 +527,28 @@ fn lint_tool(
             seen.push(p);
         }
     }
-    if process && let Some(first) = t.net.connect.first() {
+    if process
+        && let Some(first) = t.net.connect.first()
+        && let Some(why) =
+            crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+    {
         let ports: Vec<&str> = t.net.connect.iter().filter_map(|e| e.get_ref().rsplit(':').next()).collect();
         l.add(
             "WL103",
             first.span(),
-            format!("tool {name}: a process tool reaches every host on port(s) {}", ports.join(", ")),
+            format!(
+                "tool {name}: no network namespace on this host ({why}): unavailable in enforce mode, and in \
+                 best-effort mode it reaches every host on port(s) {}",
+                ports.join(", ")
+            ),
         );
+    }
+    // A tool a person approves call by call (`ask`, `confirm`) may be wide on purpose.
+    for entry in t.net.connect.iter().filter(|_| tier == Tier::Auto) {
+        let host = entry.get_ref().rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+        if let Some(why) = wider_than_a_domain(host) {
+            l.add("WL117", entry.span(), format!("tool {name}: net.connect {:?} {why}", entry.get_ref()));
+        }
     }
     if let Some(exec) = &t.exec {
         let argv = exec.get_ref();
@@ -639,6 +668,52 @@ fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {
 }
 
 /// Patterns that match every value.
+/// Public suffixes of more than one label that a `*.` grant is most often
+/// written against by mistake (a short list, not the whole Public Suffix List:
+/// one-label suffixes are caught by their shape).
+const MULTI_LABEL_SUFFIXES: &[&str] = &[
+    "co.uk",
+    "org.uk",
+    "ac.uk",
+    "gov.uk",
+    "com.au",
+    "net.au",
+    "org.au",
+    "co.jp",
+    "ne.jp",
+    "co.nz",
+    "com.br",
+    "com.cn",
+    "com.tw",
+    "co.in",
+    "co.za",
+    "com.mx",
+    "github.io",
+    "gitlab.io",
+    "herokuapp.com",
+    "appspot.com",
+    "cloudfront.net",
+    "amazonaws.com",
+    "azurewebsites.net",
+    "vercel.app",
+    "netlify.app",
+    "pages.dev",
+    "workers.dev",
+];
+
+/// Why a `net.connect` host is wider than one registrable domain, if it is.
+fn wider_than_a_domain(host: &str) -> Option<&'static str> {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "*" {
+        return Some("reaches any host of the internet on that port");
+    }
+    let suffix = host.strip_prefix("*.")?;
+    if !suffix.contains('.') || MULTI_LABEL_SUFFIXES.contains(&suffix) {
+        return Some("covers a whole public suffix: any domain registered under it");
+    }
+    None
+}
+
 fn matches_everything(p: &str) -> bool {
     matches!(p, "" | ".*" | "^.*" | "^.*$" | ".*$" | "(?s).*" | "^(?s).*$" | "[\\s\\S]*" | "^[\\s\\S]*$")
 }
