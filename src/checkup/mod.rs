@@ -86,6 +86,23 @@ pub fn namespace_refusal() -> Option<String> {
     crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
 }
 
+/// How a tool with network grants reaches the network on this host.
+pub fn egress_mechanism(spec: &crate::policy::ToolSpec) -> String {
+    let private = if spec.grants.allow_private { "admitted (net.allow_private)" } else { "refused" };
+    match &spec.runner {
+        Runner::Plugin(_) | Runner::Command(_) => {
+            format!("warden's WASI host checks each address; names resolved by warden, private addresses {private}")
+        }
+        Runner::Process(_) | Runner::Server(_) => match namespace_refusal() {
+            None => format!(
+                "only through warden's egress proxy, by host and port; names resolved by warden, private \
+                 addresses {private}; no DNS or UDP out"
+            ),
+            Some(why) => format!("NOT ENFORCEABLE by host here ({why}): Landlock admits every host on the ports"),
+        },
+    }
+}
+
 /// What enforces a tool's protected and denied paths on this host.
 pub fn paths_mechanism(spec: &crate::policy::ToolSpec) -> String {
     match &spec.runner {

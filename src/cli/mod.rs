@@ -675,6 +675,9 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
                 }
                 Err(why) => println!("  protected and denied paths: {why}"),
             }
+            if !e.spec.grants.net.is_empty() {
+                println!("  network: {}", crate::checkup::egress_mechanism(&e.spec));
+            }
         }
         if let Err(err) = &e.state
             && e.spec.tier != Tier::Deny
