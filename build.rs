@@ -13,12 +13,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "wasm32-wasip2";
-const PLUGINS: &[&str] = &["fs", "testkit"];
+const PLUGINS: &[&str] = &["fs", "net", "testkit"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let plugins = root.join("plugins");
-    for p in ["wit", "fs/src", "fs/Cargo.toml", "testkit/src", "testkit/Cargo.toml", "Cargo.toml", "Cargo.lock"] {
+    for p in [
+        "wit",
+        "fs/src",
+        "fs/Cargo.toml",
+        "net/src",
+        "net/Cargo.toml",
+        "testkit/src",
+        "testkit/Cargo.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed=plugins/{p}");
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -78,6 +88,8 @@ fn finish(out: &Path) {
     println!("cargo:rustc-env=WARDEN_TESTKIT_WASM={}", out.join("testkit.wasm").display());
     let fs = std::fs::read(out.join("fs.wasm")).expect("the fs component was just placed in OUT_DIR");
     println!("cargo:rustc-env=WARDEN_BUILTIN_FS_SHA256={}", hex::encode(sha2::Sha256::digest(&fs)));
+    let net = std::fs::read(out.join("net.wasm")).expect("the net component was just placed in OUT_DIR");
+    println!("cargo:rustc-env=WARDEN_BUILTIN_NET_SHA256={}", hex::encode(sha2::Sha256::digest(&net)));
 }
 
 /// Adds the wasm32-wasip2 target with rustup when this toolchain lacks it.

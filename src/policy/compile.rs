@@ -53,7 +53,7 @@ pub const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 const MAX_ARGV: usize = 256;
 
 /// The builtin plugins compiled into warden.
-pub(super) const BUILTIN_PLUGINS: &[&str] = &["fs"];
+pub(super) const BUILTIN_PLUGINS: &[&str] = &["fs", "net"];
 /// The largest compiled regex a rule may have.
 const MAX_RULE_REGEX: usize = 1 << 20;
 /// The most tools a policy may declare.

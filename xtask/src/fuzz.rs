@@ -58,7 +58,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     // The nightly toolchain has no wasm32-wasip2 target: the fuzz build of warden
     // takes the builtin components from the normal build.
     let plugins = root.join("target/wasm-plugins/wasm32-wasip2/release");
-    if !plugins.join("fs.wasm").is_file() || !plugins.join("testkit.wasm").is_file() {
+    if ["fs.wasm", "net.wasm", "testkit.wasm"].iter().any(|p| !plugins.join(p).is_file()) {
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(root)
             .args(["build", "--locked", "--lib"])

@@ -231,7 +231,11 @@ pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     sockets::tcp_create_socket::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
     sockets::instance_network::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
     sockets::network::add_to_linker::<T, WasiSockets>(l, &(&options).into(), T::sockets)?;
-    sockets::ip_name_lookup::add_to_linker::<T, WasiSockets>(l, T::sockets)?;
+    // Name lookup for granted names only, private answers dropped (module net).
+    sockets::ip_name_lookup::add_to_linker::<T, super::net::NetLookup>(l, |t| super::net::Lookup {
+        sockets: t.wasi.sockets(),
+        net: &mut t.net,
+    })?;
     // wasmtime-wasi's add_sync_wasi_io.
     sync::io::error::add_to_linker::<T, Io>(l, |t| t.ctx().table)?;
     sync::io::poll::add_to_linker::<T, Io>(l, |t| t.ctx().table)?;

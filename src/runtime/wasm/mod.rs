@@ -17,11 +17,11 @@
 
 mod cache;
 mod guard;
+mod net;
 mod pipe;
 mod threads;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -30,7 +30,6 @@ use sha2::{Digest, Sha256};
 use threads::CallThreads;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
-use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
@@ -79,6 +78,10 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 static BUILTIN_FS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fs.wasm"));
 /// Its sha256, computed by `build.rs` from the same file.
 const BUILTIN_FS_SHA256: &str = env!("WARDEN_BUILTIN_FS_SHA256");
+/// The builtin `net` component (`http_fetch` over wasi:http), built from `plugins/net`.
+static BUILTIN_NET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/net.wasm"));
+/// Its sha256, computed by `build.rs`.
+const BUILTIN_NET_SHA256: &str = env!("WARDEN_BUILTIN_NET_SHA256");
 
 /// A tool as a plugin describes it.
 #[derive(Debug, Clone)]
@@ -116,12 +119,31 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
-/// The per-store host state: the WASI context, the memory limiter, and the
-/// guard of the protected paths ([`guard`]).
+/// The per-store host state: the WASI context, the memory limiter, the
+/// guard of the protected paths ([`guard`]), and the call's network ([`net`]:
+/// its grants, lookups and `wasi:http` hook).
 struct HostState {
     wasi: Wasi,
     limiter: MemoryLimiter,
     guard: guard::Guard,
+    net: net::Net,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView { ctx: &mut self.http, table: &mut self.wasi.table, hooks: &mut self.net }
+    }
+}
+
+impl HostState {
+    /// What warden refused during the call (a path, a destination), for its error.
+    fn note(&self) -> Option<String> {
+        match (self.guard.note(), self.net.note()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// The WASI context and its resources, apart from the rest of the state so
@@ -246,6 +268,9 @@ impl ComponentRuntime {
         let mut linker = Linker::new(&engine);
         guard::add_to_linker(&mut linker)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link WASI: {e:#}")))?;
+        // wasi:http for every component; the call's grants decide in the send hook ([`net`]).
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link wasi:http: {e:#}")))?;
         let cache = ComponentCache::new(&engine, cache_dir);
         Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default(), threads: CallThreads::default() })
     }
@@ -284,6 +309,7 @@ impl ComponentRuntime {
         let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
         let (bytes, sha256): (std::borrow::Cow<'static, [u8]>, String) = match &spec.source {
             PluginSource::Builtin(name) if name == "fs" => (BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string()),
+            PluginSource::Builtin(name) if name == "net" => (BUILTIN_NET.into(), BUILTIN_NET_SHA256.to_string()),
             PluginSource::Builtin(name) => return Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
             PluginSource::File(path) => {
                 let bytes = read_component_file(path).map_err(|(code, msg)| fail(code, msg))?;
@@ -333,6 +359,8 @@ impl ComponentRuntime {
             dirs: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
+            allow_private: false,
+            journal: Default::default(),
             limits: crate::policy::Limits {
                 timeout: DESCRIBE_TIMEOUT,
                 memory: DESCRIBE_MEMORY,
@@ -351,7 +379,7 @@ impl ComponentRuntime {
             system: false,
             protect: Default::default(),
         };
-        let (mut store, _out, _err) = self.store(&walls, Cancel::new(), &[])?;
+        let (mut store, _out, _err) = self.store("describe", &walls, Cancel::new(), &[])?;
         let tools = pre
             .instantiate(&mut store)
             .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
@@ -369,6 +397,7 @@ impl ComponentRuntime {
     /// to command components (empty for tool plugins).
     fn store(
         &self,
+        tool: &str,
         walls: &Walls,
         cancel: Cancel,
         argv: &[String],
@@ -415,27 +444,28 @@ impl ComponentRuntime {
         for (k, v) in &walls.env {
             b.env(k, v);
         }
+        // The call's network ([`net`]): sockets and name lookups only with a
+        // grant, each connect and each lookup answer judged by egress::rules.
+        let policy = crate::egress::EgressPolicy {
+            tool: tool.to_string(),
+            grants: walls.net.clone(),
+            allow_private: walls.allow_private,
+        };
+        let deadline = Instant::now() + walls.limits.timeout;
+        let net = net::Net::new(policy, walls.journal.clone(), deadline, walls.limits.max_output);
         b.allow_udp(false);
         b.allow_tcp(!walls.net.is_empty());
+        b.allow_ip_name_lookup(!walls.net.is_empty());
         if !walls.net.is_empty() {
-            let allowed = resolve_grants(walls)?;
-            b.allow_ip_name_lookup(walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()));
-            let allowed = Arc::new(allowed);
-            b.socket_addr_check(move |addr, usage| {
-                let ok = match usage {
-                    SocketAddrUse::TcpConnect => allowed.contains(&addr),
-                    // The implicit bind that precedes a connect: wildcard address, any port.
-                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                    _ => false,
-                };
-                Box::pin(async move { ok })
-            });
+            b.socket_addr_check(net.socket_check());
         }
         let memory = usize::try_from(walls.limits.memory).unwrap_or(usize::MAX);
         let state = HostState {
             wasi: Wasi { ctx: b.build(), table: ResourceTable::new() },
             limiter: MemoryLimiter { memory, peak: 0, refused: false },
             guard: guard::Guard::new(walls.protect.clone()),
+            net,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -468,7 +498,7 @@ impl ComponentRuntime {
         walls: &Walls,
         cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(walls, cancel.clone(), &[])?;
+        let (store, out, err) = self.store(tool, walls, cancel.clone(), &[])?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -489,7 +519,7 @@ impl ComponentRuntime {
         walls: &Walls,
         cancel: &Cancel,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(walls, cancel.clone(), &argv)?;
+        let (store, out, err) = self.store(tool, walls, cancel.clone(), &argv)?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -568,6 +598,7 @@ impl ComponentRuntime {
             paths: (!walls.protect.is_empty()).then_some("wasi-host"),
             namespaces: Vec::new(),
             proc: None,
+            egress: (!walls.net.is_empty()).then_some("wasi-host"),
         }
     }
 }
@@ -638,18 +669,6 @@ fn open_no_symlinks(dir: &Path) -> Result<HeldDir, CallError> {
     Ok(HeldDir { _fd: fd, path })
 }
 
-/// Resolves `net.connect` grants to the socket addresses the check admits.
-fn resolve_grants(walls: &Walls) -> Result<Vec<SocketAddr>, CallError> {
-    let mut out = Vec::new();
-    for g in &walls.net {
-        let addrs = (g.host.as_str(), g.port).to_socket_addrs().map_err(|e| {
-            CallError::new(ErrorCode::ExecutionFailed, format!("cannot resolve granted destination {g}: {e}"))
-        })?;
-        out.extend(addrs);
-    }
-    Ok(out)
-}
-
 fn thread_cpu() -> Duration {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map(Duration::from).unwrap_or_default()
 }
@@ -671,9 +690,9 @@ fn run_in_store(
         pre.instantiate(&mut *store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut *store, tool, args));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
-    // A path the guard refused is what a failed call most likely tripped on.
+    // A path or destination warden refused is what a failed call most likely tripped on.
     let refused = |mut e: CallError| {
-        if let Some(note) = store.data().guard.note() {
+        if let Some(note) = store.data().note() {
             e.message = format!("{}; {note}", e.message);
         }
         e
@@ -724,7 +743,7 @@ fn run_command_in_store(
     let (stdout, out_total) = out.contents();
     let (stderr, err_total) = err.contents();
     let truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
-    let note = store.data().guard.note();
+    let note = store.data().note();
     let exit_code = match outcome {
         Ok(Ok(())) => 0,
         Ok(Err(())) => 1,
@@ -851,6 +870,7 @@ mod tests {
     #[test]
     fn the_builtin_hash_is_the_embedded_bytes_hash() {
         assert_eq!(BUILTIN_FS_SHA256, hex::encode(Sha256::digest(BUILTIN_FS)));
+        assert_eq!(BUILTIN_NET_SHA256, hex::encode(Sha256::digest(BUILTIN_NET)));
     }
 
     /// A core module with a funcref table of `initial` elements and `grow(n) -> old size or -1`.
@@ -894,6 +914,8 @@ mod tests {
             dirs: vec![],
             env: vec![],
             net: vec![],
+            allow_private: false,
+            journal: Default::default(),
             limits,
             workspace: PathBuf::from("/"),
             has_tmp: false,
@@ -912,7 +934,7 @@ mod tests {
     #[test]
     fn tables_cannot_grow_past_the_bound() {
         let rt = ComponentRuntime::new(None).unwrap();
-        let (mut store, _, _) = rt.store(&walls(), Cancel::new(), &[]).unwrap();
+        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[]).unwrap();
         let module = wasmtime::Module::new(&rt.engine, table_module(1)).unwrap();
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
         let grow = instance.get_typed_func::<u32, i32>(&mut store, "grow").unwrap();
@@ -921,7 +943,7 @@ mod tests {
         assert_eq!(grow.call(&mut store, 10).unwrap(), 1, "a small growth is refused");
         assert_eq!(grow.call(&mut store, u32::MAX).unwrap(), -1);
 
-        let (mut store, _, _) = rt.store(&walls(), Cancel::new(), &[]).unwrap();
+        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[]).unwrap();
         let huge = wasmtime::Module::new(&rt.engine, table_module(MAX_TABLE_ELEMENTS as u64 * 10));
         let instantiated = huge.and_then(|m| wasmtime::Instance::new(&mut store, &m, &[]));
         assert!(instantiated.is_err(), "a table of {} elements was created", MAX_TABLE_ELEMENTS * 10);
