@@ -19,9 +19,14 @@
 //!   `warden serve --http` (their records share fdatasyncs), and with 8 stdio
 //!   clients each with its own server; `warden serve` RSS idle and after the calls.
 //!
+//! * egress (issue 18, [`egress`]): connection setup and a 100 MB download on
+//!   loopback, direct and through warden's egress proxy.
+//!
 //! Prints a table of medians and ratios and writes `target/bench.json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod egress;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -477,6 +482,10 @@ fn main() {
         }
     }
 
+    // The egress proxy against direct connections (issue 18).
+    let (egress_rows, egress_targets) = egress::rows(|n, f| measure(n, f), percentile);
+    extra.extend(egress_rows);
+
     // MCP over stdio.
     let mcp_log = dir.path().join("mcp-audit.jsonl");
     let mut mcp = McpClient::start(warden_bin, &ws, &mcp_log, &cache);
@@ -592,6 +601,7 @@ fn main() {
             ));
         }
     }
+    targets.extend(egress_targets.into_iter().map(|(n, m, s)| (n, m, s)));
     println!("\n{:<54} {:>6}  measured", "target", "met");
     for (name, met, seen) in &targets {
         println!("{name:<54} {:>6}  {seen}", if *met { "yes" } else { "NO" });
