@@ -601,7 +601,7 @@ fn main() {
             ));
         }
     }
-    targets.extend(egress_targets.into_iter().map(|(n, m, s)| (n, m, s)));
+    targets.extend(egress_targets);
     println!("\n{:<54} {:>6}  measured", "target", "met");
     for (name, met, seen) in &targets {
         println!("{name:<54} {:>6}  {seen}", if *met { "yes" } else { "NO" });
