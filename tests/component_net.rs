@@ -262,8 +262,9 @@ fn http_fetch_without_a_grant_is_refused() {
     assert!(s.heads.lock().unwrap().is_empty());
 }
 
-/// A component's wasi:http response body is bounded (max(max_output, 1 MiB)):
-/// past it http_fetch keeps what it read and says truncated.
+/// http_fetch keeps at most 1 MiB of a body and says truncated (the host's
+/// own bound on wasi:http bodies is tested on the send hook, in
+/// `runtime::wasm::net`).
 #[test]
 fn http_fetch_bodies_are_bounded() {
     let s = server(0);

@@ -490,3 +490,79 @@ impl Body for Bounded {
         self.incoming.is_end_stream()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::policy::NetGrant;
+    use std::io::{Read, Write};
+
+    /// A server on 127.0.0.1 answering one request with `size` bytes; returns
+    /// its port and how many requests reached it.
+    fn server(size: usize) -> (u16, Arc<Mutex<usize>>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(0));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                *s.lock().unwrap() += 1;
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf);
+                let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
+                let _ = c.write_all(&vec![b'x'; size]);
+            }
+        });
+        (port, seen)
+    }
+
+    fn shared(grants: &[(&str, u16)], max_body: u64) -> Arc<Shared> {
+        let policy = EgressPolicy {
+            tool: "t".into(),
+            grants: grants.iter().map(|(h, p)| NetGrant { host: h.to_string(), port: *p }).collect(),
+            allow_private: false,
+        };
+        let net = Net::new(policy, Arc::default(), Instant::now() + Duration::from_secs(10), 0);
+        let mut s = Arc::try_unwrap(net.shared).unwrap_or_else(|_| panic!("shared"));
+        s.max_body = max_body;
+        Arc::new(s)
+    }
+
+    fn request(url: &str) -> http::Request<WasiBody> {
+        let body = http_body_util::Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync();
+        let host = url.split('/').nth(2).unwrap().to_string();
+        http::Request::builder().uri(url).header("host", host).body(body).unwrap()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    /// The send hook: a literal grant reaches the server and the body is cut
+    /// at the bound; a granted name resolving to loopback and an ungranted
+    /// port are refused before any connection, the note naming the key.
+    #[test]
+    fn the_send_hook_admits_bounds_and_refuses() {
+        let rt = runtime();
+        let (port, seen) = server(100_000);
+        let s = shared(&[("127.0.0.1", port)], 1000);
+        let (response, io) = rt.block_on(send(s.clone(), request(&format!("http://127.0.0.1:{port}/")))).unwrap();
+        assert_eq!(response.status(), 200);
+        let body = rt.block_on(response.into_body().collect());
+        assert!(matches!(body, Err(HttpError::HttpResponseBodySize(Some(1000)))), "{body:?}");
+        drop(io);
+        assert_eq!(*seen.lock().unwrap(), 1);
+
+        let (port, seen) = server(10);
+        let s = shared(&[("localhost", port)], 1000);
+        let e = rt.block_on(send(s.clone(), request(&format!("http://localhost:{port}/")))).err();
+        assert!(matches!(e, Some(HttpError::HttpRequestDenied)), "{e:?}");
+        assert!(s.note.lock().unwrap().clone().unwrap().contains("net.allow_private"));
+        let e = rt.block_on(send(s.clone(), request(&format!("http://127.0.0.1:{}/", port ^ 1)))).err();
+        assert!(matches!(e, Some(HttpError::HttpRequestDenied)), "{e:?}");
+        assert!(s.note.lock().unwrap().clone().unwrap().contains("net.connect"));
+        assert_eq!(*seen.lock().unwrap(), 0, "a refused request connected");
+    }
+}
