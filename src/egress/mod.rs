@@ -16,18 +16,74 @@
 //! executor writes into the audit record; a refusal answers the program with
 //! an HTTP 403 (or a SOCKS reply) whose text names the grant to add.
 //!
-//! One file per concern: [`rules`] (grants and addresses), [`http`] (CONNECT
-//! and forwarding), [`socks`] (SOCKS5), [`journal`] (the attempts).
+//! One file per concern: [`rules`] (grants and addresses), `accept` (the
+//! accept loop, the connection bound, HTTP or SOCKS by the first byte),
+//! [`http`] (CONNECT and forwarding), [`socks`] (SOCKS5), `tunnel`
+//! (connecting and copying, bounded), [`journal`] (the attempts).
+//!
+//! The proxy runs on one small process-wide tokio runtime ([`runtime`]: two
+//! worker threads named `warden-egress`), whatever the caller runs on. Every
+//! connection's task selects on its proxy's stop token, so dropping the
+//! [`Proxy`] ends the accept loop and every connection at once, and each
+//! connection's [`Attempt`] is recorded when it ends however it ends.
+//!
+//! # Bounds
+//!
+//! Per proxy: [`MAX_CONNECTIONS`] connections at once (the next ones are
+//! answered `503` / SOCKS `0x01` and recorded as refused, up to as many again;
+//! past that they are closed unanswered), [`MAX_BYTES`] each way in total.
+//! Per connection: [`HEAD_TIMEOUT`] for the request head or SOCKS greeting
+//! and request, [`MAX_HEAD`] bytes and [`MAX_HEADERS`] header lines,
+//! [`CONNECT_TIMEOUT`] to connect upstream (all addresses together),
+//! [`IDLE_TIMEOUT`] without a byte either way. Names resolve within
+//! [`rules::RESOLVE_TIMEOUT`] to at most [`rules::MAX_ADDRESSES`] addresses.
 
+mod accept;
 pub mod http;
 pub mod journal;
 pub mod rules;
 pub mod socks;
+mod tunnel;
 
 pub use journal::{Attempt, Journal};
 pub use rules::EgressPolicy;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Connections one proxy serves at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Bytes one proxy carries each way over its life (8 GiB); connections past it
+/// end and new ones are refused.
+pub const MAX_BYTES: u64 = 8 << 30;
+/// How long a request head (or a SOCKS greeting and request) may take to arrive.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest request head, in bytes.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// The most header lines in a request head.
+pub const MAX_HEADERS: usize = 100;
+/// How long connecting upstream may take, over all the admitted addresses.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A tunnel or forwarded request with no byte either way for this long ends.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// warden's egress runtime: built on first use, shared by every proxy of the
+/// process, never shut down.
+pub fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("warden-egress")
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(|e| format!("cannot start the egress proxy's runtime: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
 
 /// Where the proxy listens inside the call's network namespace.
 pub const PROXY_ADDR: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
@@ -79,7 +135,10 @@ impl Proxy {
         journal: Arc<Journal>,
     ) -> Result<Proxy, String> {
         let stop = tokio_util::sync::CancellationToken::new();
-        http::serve(listener, policy, journal, stop.clone())?;
+        accept::serve(listener, policy, journal, stop.clone())?;
         Ok(Proxy { stop })
     }
 }
+
+#[cfg(test)]
+mod tests;

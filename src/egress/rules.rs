@@ -185,6 +185,17 @@ fn normalise(host: &str) -> Result<Host, String> {
     if name.len() > 253 || name.split('.').any(bad_label) {
         return Err(format!("{:?} is not a host name or IP address", truncate(host, 80)));
     }
+    // The resolver reads `2130706433`, `127.1` and `0x7f.1` as addresses; no
+    // real name ends in a numeric label, so such a "name" is refused rather
+    // than let an address pass a grant meant for names (`*`).
+    let last = name.rsplit('.').next().unwrap_or_default();
+    let hex = last.strip_prefix("0x").is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if hex || last.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{:?} is an address in a form warden does not take; write it as a dotted IPv4 or an IPv6 address",
+            truncate(host, 80)
+        ));
+    }
     Ok(Host::Name(name))
 }
 
@@ -514,6 +525,10 @@ mod tests {
         assert!(p.grant_for("anything.example", 443).is_ok());
         assert!(p.grant_for("localhost", 443).is_ok());
         assert!(p.grant_for("anything.example", 80).is_err());
+        for odd in ["2130706433", "127.1", "0x7f.1", "1.2.3.0x4", "08.8.8.8"] {
+            let e = p.grant_for(odd, 443).err().unwrap_or_default();
+            assert!(e.contains("an address in a form"), "{odd}: {e}");
+        }
         for ip in ["1.2.3.4", "[::1]", "::1", "2606:4700::1111"] {
             let e = p.grant_for(ip, 443).err().unwrap_or_default();
             assert!(e.contains("never addresses"), "{ip}: {e}");

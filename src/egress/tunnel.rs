@@ -1,0 +1,405 @@
+//! What every kind of proxy connection shares: the proxy's state, the record
+//! of one attempt (written to the journal when the connection ends, however
+//! it ends), connecting upstream within [`CONNECT_TIMEOUT`], and copying both
+//! ways with byte counts, the proxy's byte budget ([`MAX_BYTES`]), the idle
+//! timeout ([`IDLE_TIMEOUT`]) and the stop token.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::rules::{Decision, Refusal};
+use super::{Attempt, CONNECT_TIMEOUT, EgressPolicy, IDLE_TIMEOUT, Journal, MAX_BYTES};
+
+/// The copy buffer, per direction.
+const BUF: usize = 64 * 1024;
+
+/// One proxy's state, shared by its connections.
+pub(crate) struct Ctx {
+    pub(crate) policy: Arc<EgressPolicy>,
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) stop: CancellationToken,
+    /// Bytes carried so far, program to destination, by every connection.
+    pub(crate) total_up: AtomicU64,
+    /// Bytes carried so far, destination to program.
+    pub(crate) total_down: AtomicU64,
+}
+
+impl Ctx {
+    /// Why no new connection may start, when the byte budget is spent.
+    pub(crate) fn spent(&self) -> Option<String> {
+        let spent =
+            self.total_up.load(Ordering::Relaxed) >= MAX_BYTES || self.total_down.load(Ordering::Relaxed) >= MAX_BYTES;
+        spent.then(|| format!("this call already moved {} GiB one way through the proxy, its bound", MAX_BYTES >> 30))
+    }
+}
+
+/// One attempt being made; recorded in the journal when dropped.
+pub(crate) struct Ticket {
+    journal: Arc<Journal>,
+    stop: CancellationToken,
+    noted: bool,
+    start: Instant,
+    pub(crate) via: &'static str,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) address: Option<SocketAddr>,
+    pub(crate) allowed: bool,
+    pub(crate) reason: String,
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
+    /// When a byte last moved either way, in milliseconds since `start`.
+    activity: AtomicU64,
+}
+
+impl Ticket {
+    pub(crate) fn new(ctx: &Ctx, via: &'static str) -> Ticket {
+        Ticket {
+            journal: ctx.journal.clone(),
+            stop: ctx.stop.clone(),
+            noted: false,
+            start: Instant::now(),
+            via,
+            host: String::new(),
+            port: 0,
+            address: None,
+            allowed: false,
+            reason: "the connection ended before a request".into(),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            activity: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes that bytes moved (for [`IDLE_TIMEOUT`]).
+    pub(crate) fn touch(&self) {
+        self.activity.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Resolves when no byte moved for [`IDLE_TIMEOUT`].
+    async fn idle(&self) {
+        self.touch();
+        loop {
+            let last = Duration::from_millis(self.activity.load(Ordering::Relaxed));
+            let due = self.start + last + IDLE_TIMEOUT;
+            if Instant::now() >= due {
+                return;
+            }
+            tokio::time::sleep_until(due.into()).await;
+        }
+    }
+
+    /// Marks the attempt refused, and why.
+    pub(crate) fn refuse(&mut self, reason: impl Into<String>) {
+        self.allowed = false;
+        self.reason = reason.into();
+    }
+
+    /// Marks the attempt made, to `address`, under `decision`'s grant.
+    pub(crate) fn grant(&mut self, decision: &Decision, address: SocketAddr) {
+        self.allowed = true;
+        self.address = Some(address);
+        self.reason = format!("granted by net.connect \"{}\"", decision.grant);
+    }
+
+    /// Adds a note on how an allowed connection ended.
+    pub(crate) fn note(&mut self, note: &str) {
+        self.noted = true;
+        self.reason.push_str(" (");
+        self.reason.push_str(note);
+        self.reason.push(')');
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.stop.is_cancelled() && !self.noted {
+            if self.allowed {
+                self.note("ended: the call ended");
+            } else if self.port == 0 {
+                self.reason = "the call ended before the request arrived".into();
+            }
+        }
+        self.journal.record(Attempt {
+            via: self.via,
+            host: std::mem::take(&mut self.host),
+            port: self.port,
+            address: self.address.map(|a| a.to_string()),
+            allowed: self.allowed,
+            reason: std::mem::take(&mut self.reason),
+            bytes_up: self.up.load(Ordering::Relaxed),
+            bytes_down: self.down.load(Ordering::Relaxed),
+            duration_ms: self.start.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+}
+
+/// Why connecting upstream failed.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// [`CONNECT_TIMEOUT`] passed.
+    TimedOut(String),
+    /// Every address refused the connection.
+    Refused(String),
+    /// The network of the last address is unreachable.
+    NetworkUnreachable(String),
+    /// Another error (unreachable, …).
+    Other(String),
+}
+
+impl ConnectError {
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            ConnectError::TimedOut(r)
+            | ConnectError::Refused(r)
+            | ConnectError::NetworkUnreachable(r)
+            | ConnectError::Other(r) => r,
+        }
+    }
+}
+
+/// Connects to the first of `decision`'s addresses that answers, in order,
+/// within [`CONNECT_TIMEOUT`] for them all.
+pub(crate) async fn connect(host: &str, decision: &Decision) -> Result<(TcpStream, SocketAddr), ConnectError> {
+    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    let mut last: Option<(SocketAddr, io::Error)> = None;
+    for &addr in &decision.addrs {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, addr));
+            }
+            Ok(Err(e)) => last = Some((addr, e)),
+            Err(_) => {
+                return Err(ConnectError::TimedOut(format!(
+                    "connecting to {host} ({addr}) took longer than {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+        }
+    }
+    Err(match last {
+        Some((addr, e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            ConnectError::Refused(format!("{host} ({addr}) refused the connection"))
+        }
+        Some((addr, e)) if e.kind() == io::ErrorKind::NetworkUnreachable => {
+            ConnectError::NetworkUnreachable(format!("cannot connect to {host} ({addr}): {e}"))
+        }
+        Some((addr, e)) => ConnectError::Other(format!("cannot connect to {host} ({addr}): {e}")),
+        None => ConnectError::Other(format!("{host} has no address to connect to")),
+    })
+}
+
+/// How a copy ended.
+enum End {
+    /// The reader reached its end (the writer was shut down after it).
+    Eof,
+    /// The proxy's byte budget is spent.
+    Budget,
+}
+
+/// Copies `r` to `w` until `r` ends, counting into `count` and `total` and
+/// touching `ticket` after each chunk.
+async fn one_way<R, W>(r: &mut R, w: &mut W, count: &AtomicU64, total: &AtomicU64, ticket: &Ticket) -> io::Result<End>
+where
+    R: AsyncRead + Unpin + ?Sized,
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    let mut buf = vec![0u8; BUF];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(End::Eof);
+        }
+        if total.fetch_add(n as u64, Ordering::Relaxed) + n as u64 > MAX_BYTES {
+            return Ok(End::Budget);
+        }
+        w.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        ticket.touch();
+    }
+}
+
+/// Copies `client` to `upstream` (after `early`, bytes the client sent past its
+/// request) and `upstream` to `client` until both directions end, either side
+/// fails, the connection is idle for [`IDLE_TIMEOUT`], the proxy's byte budget
+/// is spent, or the proxy stops. Returns a note when it ended otherwise than
+/// by both sides closing.
+pub(crate) async fn pipe(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    client: TcpStream,
+    upstream: TcpStream,
+    early: &[u8],
+) -> Option<String> {
+    let mut client = client;
+    let mut upstream = upstream;
+    if !early.is_empty() {
+        if ctx.total_up.fetch_add(early.len() as u64, Ordering::Relaxed) + early.len() as u64 > MAX_BYTES {
+            return Some(budget_note());
+        }
+        if let Err(e) = upstream.write_all(early).await {
+            return Some(format!("writing upstream failed: {e}"));
+        }
+        ticket.up.fetch_add(early.len() as u64, Ordering::Relaxed);
+    }
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+    relay(ctx, ticket, &mut cr, &mut uw, &mut ur, &mut cw).await
+}
+
+fn budget_note() -> String {
+    format!("ended: the proxy's bound of {} GiB each way is spent", MAX_BYTES >> 30)
+}
+
+/// The two directions of [`pipe`], and the reasons to stop early.
+async fn relay<CR, UW, UR, CW>(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    cr: &mut CR,
+    uw: &mut UW,
+    ur: &mut UR,
+    cw: &mut CW,
+) -> Option<String>
+where
+    CR: AsyncRead + Unpin + ?Sized,
+    UW: AsyncWrite + Unpin + ?Sized,
+    UR: AsyncRead + Unpin + ?Sized,
+    CW: AsyncWrite + Unpin + ?Sized,
+{
+    let mut up = pin!(one_way(cr, uw, &ticket.up, &ctx.total_up, ticket));
+    let mut down = pin!(one_way(ur, cw, &ticket.down, &ctx.total_down, ticket));
+    let mut idle = pin!(ticket.idle());
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        tokio::select! {
+            () = ctx.stop.cancelled() => return Some("ended: the call ended".into()),
+            () = &mut idle => return Some(format!("ended: idle for {}s", IDLE_TIMEOUT.as_secs())),
+            r = &mut up, if !up_done => match r {
+                Ok(End::Eof) => up_done = true,
+                Ok(End::Budget) => return Some(budget_note()),
+                Err(e) => return Some(format!("ended: {e}")),
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(End::Eof) => down_done = true,
+                Ok(End::Budget) => return Some(budget_note()),
+                Err(e) => return Some(format!("ended: {e}")),
+            },
+        }
+    }
+    None
+}
+
+/// Copies `upstream` to `client` while `send` (which writes the request
+/// upstream, touching the ticket as it goes) runs, like [`pipe`]'s down
+/// direction with the same bounds; used by plain HTTP forwarding, where the
+/// client's side is framed by the request. Ends when upstream closes.
+pub(crate) async fn respond<F>(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    send: F,
+    ur: &mut (impl AsyncRead + Unpin),
+    cw: &mut (impl AsyncWrite + Unpin),
+) -> Option<String>
+where
+    F: Future<Output = Result<(), String>>,
+{
+    let mut send = pin!(send);
+    let mut down = pin!(one_way(ur, cw, &ticket.down, &ctx.total_down, ticket));
+    let mut idle = pin!(ticket.idle());
+    let mut sent = false;
+    loop {
+        tokio::select! {
+            () = ctx.stop.cancelled() => return Some("ended: the call ended".into()),
+            () = &mut idle => return Some(format!("ended: idle for {}s", IDLE_TIMEOUT.as_secs())),
+            r = &mut send, if !sent => match r {
+                Ok(()) => sent = true,
+                Err(e) => return Some(format!("ended: {e}")),
+            },
+            r = &mut down => return match r {
+                Ok(End::Eof) => None,
+                Ok(End::Budget) => Some(budget_note()),
+                Err(e) => Some(format!("ended: {e}")),
+            },
+        }
+    }
+}
+
+/// Writes `answer` and closes `stream` gently: shut down writing, then read
+/// and drop what the client still sends (a second or so), so the answer is
+/// not lost to a reset.
+pub(crate) async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(answer)).await;
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut left = 256 * 1024usize;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
+/// Why [`open`] made no connection; the reason is in the ticket.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The proxy is at [`super::MAX_CONNECTIONS`] or its byte budget is spent.
+    Busy,
+    /// The policy refused (no grant, or a private address).
+    Policy,
+    /// The name did not resolve.
+    Unresolved,
+    /// Connecting failed.
+    Connect(ConnectError),
+}
+
+/// Why a connection past [`super::MAX_CONNECTIONS`] is refused.
+pub(crate) fn busy_reason() -> String {
+    format!("more than {} connections at once through the proxy; retry when some have ended", super::MAX_CONNECTIONS)
+}
+
+/// Decides and connects the ticket's `host:port`, filling in the ticket.
+pub(crate) async fn open(ctx: &Ctx, ticket: &mut Ticket, busy: bool) -> Result<TcpStream, Failure> {
+    if busy {
+        ticket.refuse(busy_reason());
+        return Err(Failure::Busy);
+    }
+    if let Some(r) = ctx.spent() {
+        ticket.refuse(r);
+        return Err(Failure::Busy);
+    }
+    let decision = match ctx.policy.decide(&ticket.host, ticket.port).await {
+        Ok(d) => d,
+        Err(r) => {
+            if let Refusal::Private { address, .. } = &r {
+                ticket.address = Some(*address);
+            }
+            let kind = if r.is_policy() { Failure::Policy } else { Failure::Unresolved };
+            ticket.refuse(r);
+            return Err(kind);
+        }
+    };
+    match connect(&ticket.host, &decision).await {
+        Ok((s, addr)) => {
+            ticket.grant(&decision, addr);
+            Ok(s)
+        }
+        Err(e) => {
+            ticket.address = decision.addrs.last().copied();
+            ticket.refuse(e.reason());
+            Err(Failure::Connect(e))
+        }
+    }
+}
