@@ -15,7 +15,8 @@ const SUMMARY_REFUSALS: usize = 5;
 /// One connection the program asked the proxy for.
 #[derive(Debug, Clone, Serialize)]
 pub struct Attempt {
-    /// `connect` (HTTP CONNECT), `http` (plain HTTP forwarding) or `socks5`.
+    /// `connect` (HTTP CONNECT), `http` (plain HTTP forwarding) or `socks5`
+    /// (the proxy); `wasi-socket`, `wasi-lookup` or `wasi-http` (components).
     pub via: &'static str,
     /// The host as the program named it (a name or an address).
     pub host: String,
