@@ -90,19 +90,25 @@ pub const PROXY_ADDR: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::
 
 /// The environment variables that point programs at the proxy (both cases of
 /// the standard ones, and those npm, yarn, pip, cargo and Node read instead).
-pub fn proxy_env() -> Vec<(&'static str, String)> {
+///
+/// `NO_PROXY` names the namespace's own loopback (servers a test suite starts
+/// inside) unless a grant names a loopback address or `localhost`: such a
+/// grant means the *host's* loopback, which only the proxy reaches, so then
+/// every request goes to the proxy.
+pub fn proxy_env(grants: &[crate::policy::NetGrant]) -> Vec<(&'static str, String)> {
     let http = format!("http://{PROXY_ADDR}");
     let socks = format!("socks5h://{PROXY_ADDR}");
-    let no_proxy = "localhost,127.0.0.1,::1".to_string();
-    vec![
+    let host_loopback = grants.iter().any(|g| {
+        g.host.eq_ignore_ascii_case("localhost")
+            || g.host.parse::<std::net::IpAddr>().is_ok_and(|ip| rules::private_kind(ip) == Some("loopback"))
+    });
+    let mut env = vec![
         ("HTTP_PROXY", http.clone()),
         ("http_proxy", http.clone()),
         ("HTTPS_PROXY", http.clone()),
         ("https_proxy", http.clone()),
         ("ALL_PROXY", socks.clone()),
         ("all_proxy", socks),
-        ("NO_PROXY", no_proxy.clone()),
-        ("no_proxy", no_proxy),
         ("npm_config_proxy", http.clone()),
         ("npm_config_https_proxy", http.clone()),
         ("YARN_HTTP_PROXY", http.clone()),
@@ -111,7 +117,14 @@ pub fn proxy_env() -> Vec<(&'static str, String)> {
         ("CARGO_HTTP_PROXY", http.clone()),
         ("GLOBAL_AGENT_HTTP_PROXY", http),
         ("NODE_USE_ENV_PROXY", "1".to_string()),
-    ]
+    ];
+    if !host_loopback {
+        let no_proxy = "localhost,127.0.0.1,::1".to_string();
+        env.push(("NO_PROXY", no_proxy.clone()));
+        env.push(("no_proxy", no_proxy.clone()));
+        env.push(("npm_config_noproxy", no_proxy));
+    }
+    env
 }
 
 /// A running proxy for one call (or one server's life). Dropping it stops

@@ -568,7 +568,7 @@ impl ProcessRuntime {
         };
         let mut env = walls.env.clone();
         if proxied {
-            for (name, value) in crate::egress::proxy_env() {
+            for (name, value) in crate::egress::proxy_env(&walls.net) {
                 if !env.iter().any(|(k, _)| k == name) {
                     env.push((name.to_string(), value));
                 }
