@@ -241,6 +241,11 @@ impl Scene {
         d
     }
 
+    /// A fresh audit log path (not yet created), outside every workspace.
+    pub(crate) fn log_file(&self) -> PathBuf {
+        self.unique("logs", "jsonl")
+    }
+
     fn unique(&self, dir: &str, ext: &str) -> PathBuf {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         self.base.join(dir).join(format!("{n}.{ext}"))
@@ -301,6 +306,16 @@ impl Scene {
         let mut c = self.warden_command(ws, log, args, cwd);
         c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
         run_bounded(c, stdin)
+    }
+
+    /// [`Scene::warden_logged`] (no stdin, in `ws`) with `env` added to warden's environment.
+    pub(crate) fn warden_env(&self, ws: &Path, log: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = self.warden_command(ws, log, args, None);
+        c.stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run_bounded(c, None)
     }
 
     /// The command line of [`Scene::warden_logged`], stdin not yet chosen.
