@@ -200,6 +200,7 @@ fn truncate(s: &str) -> &str {
 
 /// `host[:port]` or `[v6][:port]`.
 fn parse_authority(s: &str) -> Result<(String, Option<u16>), String> {
+    let bracketed = s.starts_with('[');
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (h, after) = rest.split_once(']').ok_or_else(|| format!("malformed address in {:?}", truncate(s)))?;
         if !matches!(ip_literal(h), Some(std::net::IpAddr::V6(_))) {
@@ -215,7 +216,7 @@ fn parse_authority(s: &str) -> Result<(String, Option<u16>), String> {
             None => (s, None),
         }
     };
-    if host.is_empty() || host.contains(['@', '/', '?', '#', '%', '\\']) || (port.is_some() && host.contains(':')) {
+    if host.is_empty() || host.contains(['@', '/', '?', '#', '%', '\\']) || (!bracketed && host.contains(':')) {
         return Err(format!("malformed host in {:?}", truncate(s)));
     }
     let port = match port {
@@ -571,5 +572,20 @@ async fn copy_chunked(
             return Err("a chunk not followed by CRLF".into());
         }
         send_up(ctx, t, w, b"\r\n").await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_authority;
+
+    #[test]
+    fn authorities_take_bracketed_ipv6_with_and_without_a_port() {
+        assert_eq!(parse_authority("[::1]:8080"), Ok(("::1".to_string(), Some(8080))));
+        assert_eq!(parse_authority("[2001:db8::1]"), Ok(("2001:db8::1".to_string(), None)));
+        assert_eq!(parse_authority("example.com:443"), Ok(("example.com".to_string(), Some(443))));
+        for bad in ["[::1", "[example.com]:1", "[::1]x", "::1:80", "a@b:1", "h:0", "h:99999", ":80"] {
+            assert!(parse_authority(bad).is_err(), "{bad}");
+        }
     }
 }
