@@ -44,6 +44,13 @@ pub const SYSTEM_READ: &[&str] = &[
     "/etc/debian_version",
     "/etc/os-release",
     "/etc/lsb-release",
+    // Debian's Python links /usr/lib/python3.X/sitecustomize.py here: without
+    // it every python3 start prints a PermissionError.
+    "/etc/python3",
+    "/etc/python3.11",
+    "/etc/python3.12",
+    "/etc/python3.13",
+    "/etc/python3.14",
     "/dev/urandom",
     "/dev/random",
 ];
