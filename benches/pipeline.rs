@@ -323,6 +323,17 @@ fn us(d: Duration) -> f64 {
 }
 
 fn main() {
+    // `WARDEN_BENCH_ONLY=egress`: only the egress proxy's rows and targets.
+    if std::env::var("WARDEN_BENCH_ONLY").as_deref() == Ok("egress") {
+        let (rows, targets) = egress::rows(|n, f| measure(n, f), percentile);
+        for (name, p50, p95) in rows {
+            println!("{name:<54} {:>12.1} {:>12.1}", us(p50), us(p95));
+        }
+        for (name, met, seen) in targets {
+            println!("{name:<54} {:>6}  {seen}", if met { "yes" } else { "NO" });
+        }
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();

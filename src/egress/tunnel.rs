@@ -251,9 +251,115 @@ pub(crate) async fn pipe(
         }
         ticket.up.fetch_add(early.len() as u64, Ordering::Relaxed);
     }
+    // In the kernel, through a pipe per direction, where the kernel lets us.
+    if let (Ok(up), Ok(down)) = (Splice::new(), Splice::new()) {
+        return relay_spliced(ctx, ticket, &client, &upstream, up, down).await;
+    }
     let (mut cr, mut cw) = client.split();
     let (mut ur, mut uw) = upstream.split();
     relay(ctx, ticket, &mut cr, &mut uw, &mut ur, &mut cw).await
+}
+
+/// A pipe that carries one direction of a tunnel inside the kernel: `splice`
+/// from the reading socket into it, and from it into the writing socket, so
+/// the bytes are never copied through warden's memory (on this 2-core VM a
+/// copying relay reached about half of a direct connection's loopback
+/// throughput; see the bench's egress rows).
+struct Splice {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+}
+
+/// The pipe's capacity, and the most one `splice` moves.
+const SPLICE_PIPE: usize = 1 << 20;
+
+impl Splice {
+    fn new() -> io::Result<Splice> {
+        use rustix::pipe::{PipeFlags, fcntl_setpipe_size, pipe_with};
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        // A larger pipe where the limit allows it (the default 64 KiB otherwise).
+        let _ = fcntl_setpipe_size(&write, SPLICE_PIPE);
+        Ok(Splice { read, write })
+    }
+
+    /// Moves `r` to `w` until `r` ends, with [`one_way`]'s accounting.
+    async fn run(
+        self,
+        r: &TcpStream,
+        w: &TcpStream,
+        count: &AtomicU64,
+        total: &AtomicU64,
+        ticket: &Ticket,
+    ) -> io::Result<End> {
+        use rustix::pipe::{SpliceFlags, splice};
+        use tokio::io::Interest;
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        loop {
+            r.readable().await?;
+            let n = match r.try_io(Interest::READABLE, || {
+                splice(r, None, &self.write, None, SPLICE_PIPE, flags).map_err(io::Error::from)
+            }) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                let _ = rustix::net::shutdown(w, rustix::net::Shutdown::Write);
+                return Ok(End::Eof);
+            }
+            if total.fetch_add(n as u64, Ordering::Relaxed) + n as u64 > MAX_BYTES {
+                return Ok(End::Budget);
+            }
+            let mut left = n;
+            while left > 0 {
+                w.writable().await?;
+                match w.try_io(Interest::WRITABLE, || {
+                    splice(&self.read, None, w, None, left, flags).map_err(io::Error::from)
+                }) {
+                    Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the pipe gave nothing")),
+                    Ok(m) => {
+                        left -= m;
+                        count.fetch_add(m as u64, Ordering::Relaxed);
+                        ticket.touch();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// [`relay`] with both directions spliced.
+async fn relay_spliced(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    up: Splice,
+    down: Splice,
+) -> Option<String> {
+    let mut up = pin!(up.run(client, upstream, &ticket.up, &ctx.total_up, ticket));
+    let mut down = pin!(down.run(upstream, client, &ticket.down, &ctx.total_down, ticket));
+    let mut idle = pin!(ticket.idle());
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        tokio::select! {
+            () = ctx.stop.cancelled() => return Some("ended: the call ended".into()),
+            () = &mut idle => return Some(format!("ended: idle for {}s", IDLE_TIMEOUT.as_secs())),
+            r = &mut up, if !up_done => match r {
+                Ok(End::Eof) => up_done = true,
+                Ok(End::Budget) => return Some(budget_note()),
+                Err(e) => return Some(format!("ended: {e}")),
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(End::Eof) => down_done = true,
+                Ok(End::Budget) => return Some(budget_note()),
+                Err(e) => return Some(format!("ended: {e}")),
+            },
+        }
+    }
+    None
 }
 
 fn budget_note() -> String {
