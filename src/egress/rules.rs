@@ -111,10 +111,42 @@ pub struct Decision {
 /// (`64:ff9b::/96`) and 6to4 (`2002::/16`) IPv6 addresses are classified by the
 /// IPv4 address they carry.
 pub fn private_kind(ip: IpAddr) -> Option<&'static str> {
-    match ip {
+    let kind = match ip {
         IpAddr::V4(v4) => v4_kind(v4),
         IpAddr::V6(v6) => v6_kind(v6),
+    };
+    kind.or_else(|| own_addresses().contains(&ip.to_canonical()).then_some("this host's own"))
+}
+
+/// How long the host's own addresses are trusted before they are read again.
+const OWN_ADDRESSES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The addresses of this host's interfaces (`getifaddrs`), read at most every
+/// [`OWN_ADDRESSES_TTL`]: a granted name that resolves to one of them would
+/// reach the host's own services on its public address (a server bound to
+/// `0.0.0.0`), so they count as private.
+fn own_addresses() -> Vec<IpAddr> {
+    static CACHE: std::sync::Mutex<Option<(std::time::Instant, Vec<IpAddr>)>> = std::sync::Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, addrs)) = cache.as_ref()
+        && at.elapsed() < OWN_ADDRESSES_TTL
+    {
+        return addrs.clone();
     }
+    let addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|all| {
+            all.filter_map(|i| i.address)
+                .filter_map(|a| {
+                    a.as_sockaddr_in()
+                        .map(|v4| IpAddr::V4(v4.ip()))
+                        .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+                })
+                .map(|ip| ip.to_canonical())
+                .collect()
+        })
+        .unwrap_or_default();
+    *cache = Some((std::time::Instant::now(), addrs.clone()));
+    addrs
 }
 
 fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
@@ -128,6 +160,8 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
         (169, 254, ..) => "link-local",
         (172, 16..=31, ..) => "private",
         (192, 0, 0, _) => "reserved",
+        // Documentation (TEST-NET-1..3) and the old 6to4 relay anycast.
+        (192, 0, 2, _) | (198, 51, 100, _) | (203, 0, 113, _) | (192, 88, 99, _) => "reserved",
         (192, 168, ..) => "private",
         (198, 18..=19, ..) => "reserved",
         (224..=239, ..) => "multicast",
@@ -152,8 +186,13 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
     match s {
         // IPv4-mapped and IPv4-compatible.
         [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0, 0, 0, 0, 0, 0, hi, lo] => embedded(hi, lo),
+        // SIIT (IPv4-translated).
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => embedded(hi, lo),
         // NAT64 well-known prefix.
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => embedded(hi, lo),
+        // Local-use NAT64, Teredo (its IPv4s are obfuscated), documentation.
+        [0x64, 0xff9b, 1, ..] => Some("private"),
+        [0x2001, 0, ..] | [0x2001, 0xdb8, ..] => Some("reserved"),
         // 6to4.
         [0x2002, hi, lo, ..] => embedded(hi, lo),
         [first, ..] if first & 0xfe00 == 0xfc00 => Some("private"),
@@ -292,14 +331,18 @@ impl EgressPolicy {
             return Ok(());
         }
         let tool = &self.tool;
-        let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+        let article = match kind {
+            k if k.starts_with("this") => "",
+            k if k.starts_with(['a', 'e', 'i', 'o', 'u']) => "an ",
+            _ => "a ",
+        };
         let spelled = match port {
             Some(p) => spell(ip, p),
             None => format!("{}:PORT", Host::Ip(ip)),
         };
         let host = truncate(requested_host, 80);
         Err(format!(
-            "{host} resolves to {ip}, {article} {kind} address; name the address in net.connect (\"{spelled}\") \
+            "{host} resolves to {ip}, {article}{kind} address; name the address in net.connect (\"{spelled}\") \
              or set net.allow_private = true for {tool}"
         ))
     }
@@ -427,6 +470,31 @@ mod tests {
 
     fn kind(s: &str) -> Option<&'static str> {
         private_kind(s.parse().unwrap_or_else(|e| panic!("{s}: {e}")))
+    }
+
+    #[test]
+    fn documentation_translation_and_this_hosts_own_addresses_are_private() {
+        for a in ["192.0.2.2", "198.51.100.7", "203.0.113.9", "192.88.99.1", "2001:db8::1", "2001:0:4136::1"] {
+            assert_eq!(kind(a), Some("reserved"), "{a}");
+        }
+        assert_eq!(kind("::ffff:0:10.0.0.1"), Some("private"));
+        assert_eq!(kind("64:ff9b:1::1"), Some("private"));
+        // Every address of this host's interfaces (its public ones included).
+        for ip in own_addresses() {
+            assert!(private_kind(ip).is_some(), "{ip}");
+        }
+        let p = policy(&[("*", 80)], false);
+        if let Some(ip) = own_addresses().into_iter().find(|ip| v4_or_v6_kind(*ip).is_none()) {
+            let e = p.admit_address("self.example", ip).err().unwrap_or_default();
+            assert!(e.contains("this host's own address"), "{e}");
+        }
+    }
+
+    fn v4_or_v6_kind(ip: IpAddr) -> Option<&'static str> {
+        match ip {
+            IpAddr::V4(v4) => v4_kind(v4),
+            IpAddr::V6(v6) => v6_kind(v6),
+        }
     }
 
     #[test]
