@@ -270,8 +270,9 @@ struct Splice {
     write: std::os::fd::OwnedFd,
 }
 
-/// The pipe's capacity, and the most one `splice` moves.
-const SPLICE_PIPE: usize = 1 << 20;
+/// The pipe's capacity, and the most one `splice` moves (at most 64
+/// connections x 2 directions x this, in pipe pages, per proxy).
+const SPLICE_PIPE: usize = 256 << 10;
 
 impl Splice {
     fn new() -> io::Result<Splice> {
