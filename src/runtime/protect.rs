@@ -481,7 +481,10 @@ enum FileKind {
 /// call ([`Placeholders`]) counts as nothing.
 fn fs_kind(path: &Path) -> Option<FileKind> {
     let m = std::fs::symlink_metadata(path).ok()?;
-    if m.is_dir() && m.nlink() == 2 && is_placeholder_path(path) {
+    // A placeholder, or one that its last holder removed since the stat (the
+    // name is absent again: counting it a directory would have the helper
+    // mount over nothing, found by the MCP load test).
+    if m.is_dir() && m.nlink() == 2 && (is_placeholder_path(path) || !path_exists(path)) {
         return None;
     }
     Some(if m.file_type().is_symlink() {
@@ -779,6 +782,11 @@ impl Placeholders {
         }
         Ok(out)
     }
+}
+
+/// Whether anything is at `path` (not following a final link).
+fn path_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// Whether the (empty) directory at `path` is a placeholder.
