@@ -253,11 +253,15 @@ pub(crate) async fn pipe(
     }
     // In the kernel, through a pipe per direction, where the kernel lets us.
     if let (Ok(up), Ok(down)) = (Splice::new(), Splice::new()) {
-        return relay_spliced(ctx, ticket, &client, &upstream, up, down).await;
+        let up = up.run(&client, &upstream, &ticket.up, &ctx.total_up, ticket);
+        let down = down.run(&upstream, &client, &ticket.down, &ctx.total_down, ticket);
+        return relay(ctx, ticket, up, down).await;
     }
     let (mut cr, mut cw) = client.split();
     let (mut ur, mut uw) = upstream.split();
-    relay(ctx, ticket, &mut cr, &mut uw, &mut ur, &mut cw).await
+    let up = one_way(&mut cr, &mut uw, &ticket.up, &ctx.total_up, ticket);
+    let down = one_way(&mut ur, &mut cw, &ticket.down, &ctx.total_down, ticket);
+    relay(ctx, ticket, up, down).await
 }
 
 /// A pipe that carries one direction of a tunnel inside the kernel: `splice`
@@ -331,59 +335,21 @@ impl Splice {
     }
 }
 
-/// [`relay`] with both directions spliced.
-async fn relay_spliced(
-    ctx: &Ctx,
-    ticket: &Ticket,
-    client: &TcpStream,
-    upstream: &TcpStream,
-    up: Splice,
-    down: Splice,
-) -> Option<String> {
-    let mut up = pin!(up.run(client, upstream, &ticket.up, &ctx.total_up, ticket));
-    let mut down = pin!(down.run(upstream, client, &ticket.down, &ctx.total_down, ticket));
-    let mut idle = pin!(ticket.idle());
-    let (mut up_done, mut down_done) = (false, false);
-    while !(up_done && down_done) {
-        tokio::select! {
-            () = ctx.stop.cancelled() => return Some("ended: the call ended".into()),
-            () = &mut idle => return Some(format!("ended: idle for {}s", IDLE_TIMEOUT.as_secs())),
-            r = &mut up, if !up_done => match r {
-                Ok(End::Eof) => up_done = true,
-                Ok(End::Budget) => return Some(budget_note()),
-                Err(e) => return Some(format!("ended: {e}")),
-            },
-            r = &mut down, if !down_done => match r {
-                Ok(End::Eof) => down_done = true,
-                Ok(End::Budget) => return Some(budget_note()),
-                Err(e) => return Some(format!("ended: {e}")),
-            },
-        }
-    }
-    None
-}
-
 fn budget_note() -> String {
     format!("ended: the proxy's bound of {} GiB each way is spent", MAX_BYTES >> 30)
 }
 
-/// The two directions of [`pipe`], and the reasons to stop early.
-async fn relay<CR, UW, UR, CW>(
+/// Runs the two directions of [`pipe`] (copied or spliced) until both end,
+/// and stops early when the connection is idle for [`IDLE_TIMEOUT`], the
+/// proxy's byte budget is spent, or the proxy stops.
+async fn relay(
     ctx: &Ctx,
     ticket: &Ticket,
-    cr: &mut CR,
-    uw: &mut UW,
-    ur: &mut UR,
-    cw: &mut CW,
-) -> Option<String>
-where
-    CR: AsyncRead + Unpin + ?Sized,
-    UW: AsyncWrite + Unpin + ?Sized,
-    UR: AsyncRead + Unpin + ?Sized,
-    CW: AsyncWrite + Unpin + ?Sized,
-{
-    let mut up = pin!(one_way(cr, uw, &ticket.up, &ctx.total_up, ticket));
-    let mut down = pin!(one_way(ur, cw, &ticket.down, &ctx.total_down, ticket));
+    up: impl Future<Output = io::Result<End>>,
+    down: impl Future<Output = io::Result<End>>,
+) -> Option<String> {
+    let mut up = pin!(up);
+    let mut down = pin!(down);
     let mut idle = pin!(ticket.idle());
     let (mut up_done, mut down_done) = (false, false);
     while !(up_done && down_done) {
