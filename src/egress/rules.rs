@@ -9,7 +9,7 @@
 //!    an address), or an IP literal (only that same literal). Names compare
 //!    case-insensitively without a trailing dot; ports must be equal.
 //! 2. **Resolve.** warden resolves the name itself ([`resolve`],
-//!    [`resolve_blocking`]): bounded to [`MAX_ADDRESSES`] answers and
+//!    on a tokio runtime): bounded to [`MAX_ADDRESSES`] answers and
 //!    [`RESOLVE_TIMEOUT`].
 //! 3. **Admit.** Each resolved address that is loopback, private, link-local,
 //!    CGNAT, multicast, unspecified, reserved or cloud metadata
@@ -18,14 +18,13 @@
 //!    what stops a granted name from being re-pointed (DNS rebinding) at the
 //!    host's own services or the cloud metadata endpoint.
 //!
-//! [`EgressPolicy::decide`] and [`EgressPolicy::decide_blocking`] run all
-//! three. When a name's answers are mixed, only the admitted addresses are
+//! [`EgressPolicy::decide`] runs all three. When a name's answers are mixed, only the admitted addresses are
 //! kept; when none is admitted the first refusal is the answer.
 //!
 //! Every refusal text names the key to change in the policy.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use crate::policy::NetGrant;
@@ -347,17 +346,9 @@ impl EgressPolicy {
         ))
     }
 
-    /// Grant, resolve and admit `host:port` (see the module documentation),
-    /// on the calling thread. Of a mixed answer only the admitted addresses
-    /// are kept; when none is admitted the first refusal is the error.
-    pub fn decide_blocking(&self, host: &str, port: u16) -> Result<Decision, Refusal> {
-        let grant = self.grant_for(host, port).map_err(Refusal::NotGranted)?.clone();
-        let addrs = resolve_blocking(host, port).map_err(Refusal::Unresolved)?;
-        self.admit_all(host, grant, addrs)
-    }
-
-    /// As [`EgressPolicy::decide_blocking`], resolving asynchronously (on a
-    /// tokio runtime).
+    /// Grant, resolve and admit `host:port` (see the module documentation).
+    /// Of a mixed answer only the admitted addresses are kept; when none is
+    /// admitted the first refusal is the error.
     pub async fn decide(&self, host: &str, port: u16) -> Result<Decision, Refusal> {
         let grant = self.grant_for(host, port).map_err(Refusal::NotGranted)?.clone();
         let addrs = resolve(host, port).await.map_err(Refusal::Unresolved)?;
@@ -407,44 +398,12 @@ fn unresolved(host: &str, e: impl fmt::Display) -> String {
     format!("could not resolve {}: {e}", truncate(host, 80))
 }
 
-/// Resolves `host` (a name or an IP literal) with the system resolver, on a
-/// thread of its own so that [`RESOLVE_TIMEOUT`] holds; an IP literal is
-/// parsed without a lookup.
-pub fn resolve_blocking(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    if let Some(ip) = ip_literal(host) {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let name = match normalise(host) {
-        Ok(Host::Name(n)) => n,
-        Ok(Host::Ip(ip)) => return Ok(vec![SocketAddr::new(ip, port)]),
-        Err(e) => return Err(e),
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let lookup = name.clone();
-    std::thread::Builder::new()
-        .name("warden-resolve".into())
-        .spawn(move || {
-            let r = (lookup.as_str(), port).to_socket_addrs().map(bound).map_err(|e| e.to_string());
-            let _ = tx.send(r);
-        })
-        .map_err(|e| unresolved(host, format!("no thread for the resolver: {e}")))?;
-    match rx.recv_timeout(RESOLVE_TIMEOUT) {
-        Ok(Ok(v)) if v.is_empty() => Err(unresolved(host, "no addresses")),
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(unresolved(host, e)),
-        Err(_) => Err(unresolved(host, format!("no answer within {}s", RESOLVE_TIMEOUT.as_secs()))),
-    }
-}
-
-/// As [`resolve_blocking`], on a tokio runtime.
+/// Resolves `host` (a name or an IP literal, parsed without a lookup) with
+/// the system resolver, within [`RESOLVE_TIMEOUT`], on a tokio runtime.
 pub async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    if let Some(ip) = ip_literal(host) {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let name = match normalise(host) {
-        Ok(Host::Name(n)) => n,
-        Ok(Host::Ip(ip)) => return Ok(vec![SocketAddr::new(ip, port)]),
-        Err(e) => return Err(e),
+    let name = match normalise(host)? {
+        Host::Name(n) => n,
+        Host::Ip(ip) => return Ok(vec![SocketAddr::new(ip, port)]),
     };
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name.as_str(), port))).await {
         Ok(Ok(it)) => {
@@ -466,6 +425,12 @@ mod tests {
             grants: grants.iter().map(|(h, p)| NetGrant { host: h.to_string(), port: *p }).collect(),
             allow_private,
         }
+    }
+
+    /// [`EgressPolicy::decide`] on warden's egress runtime, from a test thread.
+    fn decide_now(p: &EgressPolicy, host: &str, port: u16) -> Result<Decision, Refusal> {
+        let rt = crate::egress::runtime().unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(p.decide(host, port))
     }
 
     fn kind(s: &str) -> Option<&'static str> {
@@ -644,22 +609,22 @@ mod tests {
     #[test]
     fn decide_resolves_and_admits() {
         let p = policy(&[("localhost", 5000), ("127.0.0.1", 5001)], false);
-        match p.decide_blocking("localhost", 5000) {
+        match decide_now(&p, "localhost", 5000) {
             Err(Refusal::Private { address, reason }) => {
                 assert!(address.ip().is_loopback());
                 assert!(reason.contains("net.allow_private = true"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
-        let d = p.decide_blocking("127.0.0.1", 5001).unwrap_or_else(|e| panic!("{e}"));
+        let d = decide_now(&p, "127.0.0.1", 5001).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(d.addrs, vec!["127.0.0.1:5001".parse().unwrap_or_else(|e| panic!("{e}"))]);
-        assert!(matches!(p.decide_blocking("other.example", 5000), Err(Refusal::NotGranted(_))));
+        assert!(matches!(decide_now(&p, "other.example", 5000), Err(Refusal::NotGranted(_))));
         let open = policy(&[("localhost", 5000)], true);
-        let d = open.decide_blocking("localhost", 5000).unwrap_or_else(|e| panic!("{e}"));
+        let d = decide_now(&open, "localhost", 5000).unwrap_or_else(|e| panic!("{e}"));
         assert!(!d.addrs.is_empty() && d.addrs.len() <= MAX_ADDRESSES);
-        let r = open.decide_blocking("localhost", 5000).map(|d| d.grant.to_string());
+        let r = decide_now(&open, "localhost", 5000).map(|d| d.grant.to_string());
         assert_eq!(r.ok().as_deref(), Some("localhost:5000"));
         let bad = policy(&[("no-such-host.invalid", 80)], true);
-        assert!(matches!(bad.decide_blocking("no-such-host.invalid", 80), Err(Refusal::Unresolved(_))));
+        assert!(matches!(decide_now(&bad, "no-such-host.invalid", 80), Err(Refusal::Unresolved(_))));
     }
 }
