@@ -117,6 +117,10 @@ pub struct Record {
     /// why, bytes each way, duration).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<Value>,
+    /// How the program ended, for a call that ran one (process tools and
+    /// command components): `{"exit_code": N}` or `{"signal": "SIGKILL"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -651,8 +655,11 @@ pub struct ToolStats {
     pub tool: String,
     /// Calls recorded.
     pub calls: u64,
-    /// Succeeded.
+    /// Succeeded (a program that ran exited 0).
     pub ok: u64,
+    /// Ran a program that exited non-zero or was ended by a signal (issue 19:
+    /// a failed test run is not a success).
+    pub failed: u64,
     /// Failed (other than denied and rejected).
     pub errors: u64,
     /// Denied by the policy.
@@ -663,6 +670,13 @@ pub struct ToolStats {
     pub p50_ms: f64,
     /// 95th percentile duration.
     pub p95_ms: f64,
+}
+
+/// Whether the record's program exited non-zero or by a signal.
+fn program_failed(rec: &Value) -> bool {
+    let Some(exit) = rec.get("exit") else { return false };
+    exit.get("signal").is_some_and(|s| !s.is_null())
+        || exit.get("exit_code").and_then(Value::as_i64).is_some_and(|c| c != 0)
 }
 
 /// Per-tool counts and latencies from the log at `path`, sorted by tool.
@@ -676,6 +690,7 @@ pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
             by_tool.entry(tool.clone()).or_insert_with(|| (ToolStats { tool, ..Default::default() }, Vec::new()));
         s.calls += 1;
         match (rec.get("status").and_then(Value::as_str), rec.get("error_code").and_then(Value::as_str)) {
+            (Some("success"), _) if program_failed(&rec) => s.failed += 1,
             (Some("success"), _) => s.ok += 1,
             (Some("rejected"), _) => s.rejected += 1,
             (_, Some("DENIED")) => s.denied += 1,
@@ -719,6 +734,7 @@ mod tests {
             usage: None,
             sandbox: None,
             network: None,
+            exit: None,
         }
     }
 

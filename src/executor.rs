@@ -87,6 +87,8 @@ pub struct CallHooks<'a> {
     pub approve: Option<&'a (dyn Fn(&approval::Request<'_>) -> Verdict + Sync)>,
     /// Switched on to stop the call: the sandbox is torn down and the call ends `CANCELLED`.
     pub cancel: Cancel,
+    /// Sees a program's output as it arrives (process tools, command components).
+    pub tap: Option<crate::runtime::OutputTap>,
 }
 
 /// The response to one call: what `call` prints and `exec` wraps.
@@ -183,6 +185,8 @@ struct Trace {
     sandbox: Option<SandboxReport>,
     usage: Option<crate::runtime::Usage>,
     network: Option<Value>,
+    /// How the program ended (process tools and command components).
+    exit: Option<Value>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -267,6 +271,7 @@ impl Executor {
             sandbox: None,
             usage: None,
             network: None,
+            exit: None,
         };
 
         let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
@@ -318,6 +323,7 @@ impl Executor {
             usage: trace.usage,
             sandbox: trace.sandbox,
             network: trace.network,
+            exit: trace.exit,
         };
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
@@ -463,16 +469,17 @@ impl Executor {
                     &walls,
                     tmp.as_ref().map(|t| t.path.as_path()),
                     &hooks.cancel,
+                    hooks.tap.as_ref(),
                 )
             }
             (Runner::Plugin(_), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel)
+                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel, hooks.tap.as_ref())
             }
             (Runner::Command(command), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
                 let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
-                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel)
+                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel, hooks.tap.as_ref())
             }
             (Runner::Plugin(p), None) | (Runner::Command(CommandSpec { plugin: p, .. }), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
@@ -484,6 +491,15 @@ impl Executor {
         // Whatever the outcome, the record keeps what the call asked of the network.
         trace.network = walls.journal.take();
         let RunOutput { value, usage, sandbox } = run?;
+        if matches!(spec.runner, Runner::Process(_) | Runner::Command(_)) {
+            let mut exit = serde_json::Map::new();
+            for key in ["exit_code", "signal"] {
+                if let Some(v) = value.get(key).filter(|v| !v.is_null()) {
+                    exit.insert(key.into(), v.clone());
+                }
+            }
+            trace.exit = Some(Value::Object(exit));
+        }
         if sandbox.is_some() {
             trace.sandbox = sandbox;
         }

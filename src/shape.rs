@@ -4,8 +4,8 @@
 //!   every string, and so are invisible format characters (bidi overrides, zero-width
 //!   characters, the Unicode tag block), so a tool cannot smuggle terminal escapes
 //!   or hidden instructions to the model or the person reading.
-//! * **Truncate by type** to `max_output` bytes of JSON: a string keeps a prefix
-//!   and gets a marker suffix; an array keeps its leading items plus a marker item;
+//! * **Truncate by type** to `max_output` bytes of JSON: a string keeps its head
+//!   and its tail around a marker that counts what was dropped; an array keeps its leading items plus a marker item;
 //!   an object first shrinks its largest members, and if that is not enough it is
 //!   wrapped as `{"truncated_json": "<prefix of its JSON>", "original_bytes": N}`.
 
@@ -74,6 +74,14 @@ fn prefix(s: &str, max_bytes: usize) -> &str {
     &s[..end]
 }
 
+fn suffix(s: &str, max_bytes: usize) -> &str {
+    let mut start = s.len() - max_bytes.min(s.len());
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
 /// Shapes `v` to at most `max` bytes of JSON; returns it and whether anything was cut.
 pub fn truncate(v: Value, max: usize) -> (Value, bool) {
     let max = max.max(64);
@@ -86,11 +94,14 @@ pub fn truncate(v: Value, max: usize) -> (Value, bool) {
 fn shrink(v: Value, max: usize) -> Value {
     match v {
         Value::String(s) => {
-            // JSON escaping can grow text; budget conservatively and re-check.
-            let mut budget = max.saturating_sub(48);
+            // The head and the tail: a log's verdict is at its end. JSON escaping
+            // can grow text; budget conservatively and re-check.
+            let mut budget = max.saturating_sub(64);
             loop {
-                let kept = prefix(&s, budget);
-                let out = Value::String(format!("{kept}…[truncated {} of {} bytes]", s.len() - kept.len(), s.len()));
+                let head = prefix(&s, budget / 2);
+                let tail = suffix(&s, budget - head.len());
+                let dropped = s.len() - head.len() - tail.len();
+                let out = Value::String(format!("{head}…[truncated {dropped} of {} bytes]…{tail}", s.len()));
                 if size(&out) <= max || budget == 0 {
                     return out;
                 }
@@ -179,11 +190,15 @@ mod tests {
     }
 
     #[test]
-    fn strings_get_a_marker_and_fit() {
-        let (v, cut) = truncate(json!("x".repeat(10_000)), 1000);
+    fn strings_keep_head_and_tail_around_a_marker_and_fit() {
+        let text = format!("FIRST{}LAST", "x".repeat(10_000));
+        let (v, cut) = truncate(json!(text), 1000);
         assert!(cut);
         assert!(size(&v) <= 1000);
-        assert!(v.as_str().is_some_and(|s| s.contains("…[truncated")));
+        let s = v.as_str().unwrap_or_default();
+        assert!(s.starts_with("FIRST") && s.ends_with("LAST"), "{s}");
+        let kept = s.chars().filter(|&c| c == 'x').count();
+        assert!(s.contains(&format!("…[truncated {} of 10009 bytes]…", 10_000 - kept)), "{s}");
     }
 
     #[test]

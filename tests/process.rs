@@ -461,22 +461,46 @@ fn daemons_do_not_outlive_their_call() {
 }
 
 #[test]
-fn floods_are_capped_without_deadlock() {
+fn output_past_max_output_keeps_head_and_tail_and_the_program_runs_to_its_end() {
+    // Issue 19: a test runner's verdict is at the end of its output; the
+    // program is never killed for what it prints.
     let env = Env::new();
-    let p = policy(&env, "", "timeout = \"20s\", max_output = \"64KiB\"");
-    let r = shell_with(&env, &p, "yes");
-    let res = result(&r);
-    assert_eq!(res["truncated"], true, "{r:?}");
-    assert!(res["stdout"].as_str().unwrap().len() <= 64 << 10);
+    let p = policy(&env, "", "timeout = \"30s\", max_output = \"64KiB\"");
     let r = shell_with(
         &env,
         &p,
-        "head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2; echo END",
+        "echo FIRST-OUT; head -c 8000000 /dev/zero | tr '\\0' o; echo; echo LAST-OUT; \
+         echo FIRST-ERR >&2; head -c 3000000 /dev/zero | tr '\\0' e >&2; echo LAST-ERR >&2; \
+         echo ran-to-the-end > done.txt; exit 3",
     );
     let doc = r.json();
     assert_eq!(doc["status"], "success", "{r:?}");
     assert_eq!(doc["truncated"], true);
+    let res = &doc["result"];
+    assert_eq!(res["exit_code"], 3, "the program's own exit, not a kill: {res}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("done.txt")).unwrap(), "ran-to-the-end\n");
+    let out = res["stdout"].as_str().unwrap();
+    let err = res["stderr"].as_str().unwrap();
+    assert!(out.starts_with("FIRST-OUT\no") && out.ends_with("o\nLAST-OUT\n"), "{}", &out[..200.min(out.len())]);
+    assert!(err.starts_with("FIRST-ERR\ne") && err.ends_with("eLAST-ERR\n"));
+    assert!(out.contains("…[truncated ") && out.contains(" bytes of stdout here (limits.max_output)"));
+    // What was dropped is counted exactly.
+    let kept = |text: &str| {
+        let (head, rest) = text.split_once("\n…[truncated ").unwrap();
+        let (_, tail) = rest.split_once("]…\n").unwrap();
+        (head.len() + tail.len()) as u64
+    };
+    assert_eq!(res["dropped"]["stdout"].as_u64().unwrap(), 8_000_020 - kept(out), "{}", res["dropped"]);
+    assert_eq!(res["dropped"]["stderr"].as_u64().unwrap(), 3_000_019 - kept(err), "{}", res["dropped"]);
     assert!(serde_json::to_vec(&doc["result"]).unwrap().len() <= 64 << 10);
+}
+
+#[test]
+fn an_endless_flood_runs_to_its_timeout_without_deadlock() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"2s\", max_output = \"64KiB\"");
+    let r = shell_with(&env, &p, "yes");
+    assert_eq!(r.error_code(), "TIMEOUT", "{r:?}");
 }
 
 #[test]
@@ -740,7 +764,7 @@ fn a_cancelled_call_leaves_no_process_behind() {
         warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) };
     let exec = warden::Executor::new(policy, Approver::new(ApproveMode::Deny), log, options).unwrap();
     let marker = "cancelmark-5e1d";
-    let hooks = CallHooks { approve: None, cancel: Cancel::new() };
+    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None };
     let switch = hooks.cancel.clone();
     let ws = env.ws.clone();
     let watcher = std::thread::spawn(move || {

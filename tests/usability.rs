@@ -462,3 +462,76 @@ fn pytest_runs_and_leaves_no_cache_in_the_workspace() {
     );
     verdict("pytest (plain `python -m pytest`)", ran && !cache, &shape, owner, &detail, started);
 }
+
+/// Runs `command` in the `sh` tool shaped by `shape` with `warden call FLAGS`.
+fn sh_flags(env: &Env, shape: &Shape<'_>, flags: &[&str], command: &str) -> Run {
+    let policy = env.root.path().join("policy.toml");
+    std::fs::write(&policy, shape.policy()).unwrap();
+    let args = json!({ "command": command }).to_string();
+    let mut argv = vec!["--policy", policy.to_str().unwrap(), "call"];
+    argv.extend(flags);
+    argv.extend(["sh", &args]);
+    env.run(&argv)
+}
+
+/// Issue 19: `pytest -v` over 3,001 tests, one failing near the end, under the
+/// default `max_output` (64 KiB): the run goes to its end (nothing is killed for
+/// its output), the result keeps the head and the tail (the summary line and
+/// the failure), and `--exit-status` makes the CI step fail with pytest's own 1.
+#[test]
+fn pytest_with_3001_tests_and_a_failure_fails_the_step_with_exit_status() {
+    let started = Instant::now();
+    let venv = match pytest_venv() {
+        Ok(v) => v,
+        Err(why) => {
+            println!("skipped: cannot make a virtualenv with {PYTEST}: {why}");
+            record("pytest -v, 3001 tests", "skipped (no pytest: offline?)", &PLAIN, 0, &why, started);
+            return;
+        }
+    };
+    let v = venv.display().to_string();
+    let read = [v.as_str()];
+    let shape = Shape { read: &read, env: &[], limits: "timeout = \"120s\"" };
+    let (env, owner) = workspace(Owner::Ordinary, |ws| {
+        let mut text = String::from(
+            "import pytest\n\n@pytest.mark.parametrize('n', range(3000))\ndef test_many(n):\n    assert n >= 0\n\n",
+        );
+        text.push_str("def test_zz_the_last_one_fails():\n    assert 'verdict' == 'the end of the log'\n");
+        std::fs::write(ws.join("test_big.py"), text).unwrap();
+    });
+    let r = sh_flags(&env, &shape, &["--exit-status"], &format!("{v}/bin/python -m pytest -v -p no:cacheprovider"));
+    let s = said(&r);
+    let dropped = s.doc["result"]["dropped"]["stdout"].as_u64().unwrap_or(0);
+    let summary = s.stdout.contains("1 failed, 3000 passed");
+    let named = s.stdout.contains("test_zz_the_last_one_fails");
+    let ok = r.code == 1 && s.exit == Some(1) && summary && named && dropped > 0 && s.doc["truncated"] == true;
+    let detail = format!(
+        "warden exit {} (pytest's {:?}); truncated {}, {dropped} bytes dropped from the middle; summary line kept: {summary}; failure named: {named}",
+        r.code, s.exit, s.doc["truncated"]
+    );
+    verdict("pytest -v, 3001 tests, 1 failing, --exit-status", ok, &shape, owner, &detail, started);
+    // Without the flag the step's exit says only that the call ran.
+    let r = sh_flags(&env, &shape, &[], &format!("{v}/bin/python -m pytest -q -p no:cacheprovider"));
+    assert_eq!(r.code, 0, "without --exit-status, a call that ran exits 0: {r:?}");
+}
+
+/// Issue 19: `--exit-status` for a signal (128+N) and `--stream` copying the
+/// program's output to stderr as it arrives, cleaned of terminal escapes.
+#[test]
+fn exit_status_reports_signals_and_stream_copies_output_cleaned() {
+    let (env, _) = workspace(Owner::Invoker, |_| {});
+    // The tool is pid 1 of its pid namespace, where its own kill is ignored: a
+    // fault's signal is not.
+    let r =
+        sh_flags(&env, &PLAIN, &["--exit-status"], &format!("exec {PYTHON} -c 'import ctypes; ctypes.string_at(0)'"));
+    assert_eq!(r.code, 128 + 11, "{r:?}");
+    assert_eq!(r.json()["result"]["signal"], "SIGSEGV", "{r:?}");
+    let r = sh_flags(&env, &PLAIN, &["--exit-status"], "exit 0");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = sh_flags(&env, &PLAIN, &["--stream"], "echo out-line; printf 'err-\\033[31mred\\n' >&2; exit 4");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("out-line\n") && r.stderr.contains("err-[31mred\n"), "{}", r.stderr);
+    assert!(!r.stderr.contains('\u{1b}'), "no escape reaches the terminal: {:?}", r.stderr);
+    let doc: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(doc["result"]["exit_code"], 4);
+}

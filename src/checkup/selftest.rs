@@ -197,7 +197,7 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         let exec = ExecSpec { argv: full, params: Vec::new(), cwd: scene.ws.clone(), input_schema: None };
         let mut walls = scene.walls(&read, timeout);
         walls.dirs.extend(SYSTEM_WRITE.iter().map(PathBuf::from).filter(|p| p.exists()).map(|p| (p, true)));
-        let out = runtime.call("self-test", &exec, &json!({}), &walls, None, &Cancel::new());
+        let out = runtime.call("self-test", &exec, &json!({}), &walls, None, &Cancel::new(), None);
         let layers = layers(&out);
         let (observed, contained) = match (&out, name) {
             (Err(e), "timeout with a daemonised descendant") => {
@@ -272,7 +272,7 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
         // Only the timeout case needs a short limit; the others get time to reach theirs.
         let limit = if name == "timeout" { Duration::from_secs(1) } else { Duration::from_secs(10) };
         let walls = scene.walls(&[], limit);
-        let out = runtime.call(&plugin, tool, args.to_string(), &walls, &Cancel::new());
+        let out = runtime.call(&plugin, tool, args.to_string(), &walls, &Cancel::new(), None);
         let (observed, contained) = match (&out, name) {
             (Ok(o), "output flood") => {
                 (format!("produced {} bytes, truncated {}", o.usage.output_bytes, o.usage.truncated), o.usage.truncated)

@@ -50,6 +50,15 @@ pub enum Command {
         /// The arguments as a JSON object, or - to read them from stdin.
         #[arg(default_value = "{}")]
         args: String,
+        /// Exit with the program's own status (its exit code; 128+N when signal N
+        /// ended it) when the call ran a program, for CI steps; warden's own codes
+        /// for its refusals and limits. stdout still carries the result document.
+        #[arg(long)]
+        exit_status: bool,
+        /// Copy the program's stdout and stderr to warden's stderr as they
+        /// arrive (control characters removed), to watch a long run.
+        #[arg(long)]
+        stream: bool,
     },
     /// Read one tool call from stdin (an OpenAI tool_calls item or assistant message,
     /// or an Anthropic tool_use block or assistant message) and print the tool-result message(s).

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+mod echo;
 pub(crate) mod exec;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use self::args::{
 use crate::approval::{ApproveMode, Approver};
 use crate::audit::{self, AuditLog};
 use crate::catalog::Catalog;
-use crate::executor::{Executor, Options, ToolCall};
+use crate::executor::{CallHooks, Executor, Options, ToolCall};
 use crate::lock::Pins;
 use crate::policy::units::{format_duration, format_size};
 use crate::policy::{Context, Policy, Tier};
@@ -69,7 +70,7 @@ fn fail(code: u8, message: impl Into<String>) -> Failure {
 
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
-        Command::Call { tool, args } => {
+        Command::Call { tool, args, exit_status, stream } => {
             let executor = executor(&cli)?;
             let args_text = if args == "-" { read_stdin()? } else { args.clone() };
             let args: Value = match serde_json::from_str(&args_text) {
@@ -84,9 +85,14 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     return Ok(2);
                 }
             };
-            let response = executor.call(ToolCall::new(tool.clone(), args));
+            let hooks = CallHooks { tap: stream.then(echo::tap), ..CallHooks::default() };
+            let response = executor.call_with(ToolCall::new(tool.clone(), args), &hooks);
             print_json(&response.to_json());
-            Ok(response.exit_code())
+            Ok(if *exit_status {
+                echo::program_status(&response).unwrap_or(response.exit_code())
+            } else {
+                response.exit_code()
+            })
         }
         Command::Exec => {
             let executor = executor(&cli)?;
@@ -148,16 +154,19 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             match format {
                 StatsFormat::Json => print_json(&serde_json::to_value(&stats).unwrap_or_default()),
                 StatsFormat::Text => {
+                    // The tool column as wide as the longest name: the table stays aligned.
+                    let w = stats.iter().map(|s| s.tool.chars().count()).max().unwrap_or(0).max(4);
                     println!(
-                        "{:<24} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10} {:>10}",
-                        "TOOL", "CALLS", "OK", "ERRORS", "DENIED", "REJECTED", "P50_MS", "P95_MS"
+                        "{:<w$} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10} {:>10}",
+                        "TOOL", "CALLS", "OK", "FAILED", "ERRORS", "DENIED", "REJECTED", "P50_MS", "P95_MS"
                     );
                     for s in stats {
                         println!(
-                            "{:<24} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10.2} {:>10.2}",
-                            s.tool, s.calls, s.ok, s.errors, s.denied, s.rejected, s.p50_ms, s.p95_ms
+                            "{:<w$} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>10.2} {:>10.2}",
+                            s.tool, s.calls, s.ok, s.failed, s.errors, s.denied, s.rejected, s.p50_ms, s.p95_ms
                         );
                     }
+                    println!("FAILED: the program ran and exited non-zero or by a signal (its exit is in each record)");
                 }
             }
             Ok(0)
@@ -634,15 +643,27 @@ fn list(catalog: &Catalog, as_json: bool) {
         print_json(&Value::Array(tools));
         return;
     }
-    println!("{:<18} {:<8} {:<34} DESCRIPTION", "TOOL", "TIER", "GRANTS");
-    for e in catalog.visible() {
-        let grants = e.spec.grant_words(true);
-        let grants = if grants.is_empty() { "none".to_string() } else { grants.join(", ") };
-        let description = match &e.state {
-            Ok(r) => r.description.clone(),
-            Err(err) => format!("UNAVAILABLE: {}", err.message),
-        };
-        println!("{:<18} {:<8} {:<34} {}", e.spec.name, e.spec.tier.as_str(), grants, description);
+    type Row<'a> = (String, &'a str, String, String);
+    let rows: Vec<Row<'_>> = catalog
+        .visible()
+        .map(|e| {
+            let grants = e.spec.grant_words(true);
+            let grants = if grants.is_empty() { "none".to_string() } else { grants.join(", ") };
+            let description = match &e.state {
+                Ok(r) => r.description.clone(),
+                Err(err) => format!("UNAVAILABLE: {}", err.message),
+            };
+            (e.spec.name.clone(), e.spec.tier.as_str(), grants, description)
+        })
+        .collect();
+    // Columns as wide as their longest entry (the grants column at most 60): long names keep the table aligned.
+    let width =
+        |f: &dyn Fn(&Row<'_>) -> usize, min: usize, max: usize| rows.iter().map(f).max().unwrap_or(0).clamp(min, max);
+    let name_w = width(&|r| r.0.chars().count(), 4, usize::MAX);
+    let grants_w = width(&|r| r.2.chars().count(), 6, 60);
+    println!("{:<name_w$} {:<8} {:<grants_w$} DESCRIPTION", "TOOL", "TIER", "GRANTS");
+    for (name, tier, grants, description) in &rows {
+        println!("{name:<name_w$} {tier:<8} {grants:<grants_w$} {description}");
     }
 }
 

@@ -5,6 +5,7 @@
 //! real confinement: wasmtime preopens and socket checks for components.
 //! Nothing here decides whether a call may run; the executor did that already.
 
+pub mod capture;
 pub mod process;
 pub mod protect;
 pub mod server;
@@ -42,6 +43,19 @@ impl Cancel {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// Which stream a chunk of a program's output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Its standard output.
+    Stdout,
+    /// Its standard error.
+    Stderr,
+}
+
+/// Sees a program's output as it arrives, before anything is dropped
+/// (`warden call --stream`): process tools and command components.
+pub type OutputTap = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
 
 /// What a call used.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -29,7 +29,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -39,7 +38,7 @@ use serde_json::{Value, json};
 
 use self::namespaces::NsSupport;
 use self::spec::{HelperReport, MAX_REPORT, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
-use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
+use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
@@ -321,7 +320,9 @@ impl ProcessRuntime {
     }
 
     /// Runs `exec` with `args` (already validated) inside `walls`; `cancel`
-    /// kills the whole process tree when switched on.
+    /// kills the whole process tree when switched on; `tap` sees its output
+    /// as it arrives.
+    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
         tool: &str,
@@ -330,6 +331,7 @@ impl ProcessRuntime {
         walls: &Walls,
         tmp: Option<&std::path::Path>,
         cancel: &Cancel,
+        tap: Option<&OutputTap>,
     ) -> Result<RunOutput, CallError> {
         let argv = fill_argv(tool, exec, args, tmp)?;
         let limits = walls.limits;
@@ -337,17 +339,16 @@ impl ProcessRuntime {
         let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
             self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
-        let overflow = Arc::new(AtomicBool::new(false));
-        let reader = |stream: Option<Box<dyn Read + Send>>| {
-            let overflow = overflow.clone();
-            std::thread::spawn(move || read_capped(stream, cap, pid, &overflow))
+        let reader = |stream: Option<Box<dyn Read + Send>>, which: Stream| {
+            let tap = tap.cloned();
+            std::thread::spawn(move || read_head_tail(stream, cap, tap.map(|t| (t, which))))
         };
-        let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-        let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+        let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stdout);
+        let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stderr);
 
         let ended = supervise(pid, limits.timeout, cancel, cgroup.as_ref());
-        let (stdout, out_total) = out_reader.join().unwrap_or_default();
-        let (stderr, err_total) = err_reader.join().unwrap_or_default();
+        let stdout = out_reader.join().unwrap_or_default();
+        let stderr = err_reader.join().unwrap_or_default();
         let hit_pids_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_max);
         let hit_memory_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_memory_max);
         let memory_cgroup = cgroup.as_ref().is_some_and(cgroup::CallCgroup::has_memory);
@@ -371,7 +372,8 @@ impl ProcessRuntime {
         // A timeout while the helper was still confining itself is still a timeout.
         if !report.ok && !ended.timed_out {
             let why = report.error.clone().unwrap_or_else(|| {
-                let said = String::from_utf8_lossy(&stderr[..stderr.len().min(512)]).trim().to_string();
+                let said = stderr.joined();
+                let said = String::from_utf8_lossy(&said[..said.len().min(512)]).trim().to_string();
                 if said.is_empty() {
                     "the sandbox helper stopped before reporting".into()
                 } else {
@@ -384,12 +386,13 @@ impl ProcessRuntime {
         }
 
         let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
-        let truncated =
-            overflow.load(Ordering::SeqCst) || out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+        // Both streams within max_output together, each keeping its head and tail.
+        let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
+        let truncated = out_text.dropped > 0 || err_text.dropped > 0;
         let usage = Usage {
             cpu_ms: cpu.as_secs_f64() * 1000.0,
             max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
-            output_bytes: out_total + err_total,
+            output_bytes: stdout.total() + stderr.total(),
             truncated,
         };
         let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
@@ -458,19 +461,23 @@ impl ProcessRuntime {
                 format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
             ));
         }
+        let stderr_tail = stderr.joined();
         let mut value = json!({
             "exit_code": exit_code,
-            "stdout": String::from_utf8_lossy(&stdout),
-            "stderr": String::from_utf8_lossy(&stderr),
+            "stdout": out_text.text,
+            "stderr": err_text.text,
             "truncated": truncated,
             "cpu_ms": (usage.cpu_ms * 1000.0).round() / 1000.0,
             "max_rss_kb": usage.max_rss_kb,
         });
+        if truncated {
+            value["dropped"] = json!({"stdout": out_text.dropped, "stderr": err_text.dropped});
+        }
         if let Some(sig) = signal {
             value["signal"] =
                 json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
         }
-        if let Some(hint) = protected_hint(walls, exit_code, &stderr) {
+        if let Some(hint) = protected_hint(walls, exit_code, &stderr_tail) {
             value["protected"] = json!(hint);
         }
         let confirmed = self.confirmed(walls, &report, memory_cgroup);
@@ -880,29 +887,31 @@ fn fill_argv(
     Ok(out)
 }
 
-/// Reads `stream` keeping the first `cap` bytes; past the cap it kills the
-/// process group and drains the rest.
-fn read_capped(stream: Option<Box<dyn Read + Send>>, cap: usize, pgid: Pid, overflow: &AtomicBool) -> (Vec<u8>, u64) {
-    let Some(mut stream) = stream else { return (Vec::new(), 0) };
-    let mut kept = Vec::new();
-    let mut total = 0u64;
+/// Reads `stream` to its end, keeping its head and tail within `cap` bytes
+/// and showing each chunk to `tap`: a program is never stopped for what it
+/// prints (issue 19).
+fn read_head_tail(
+    stream: Option<Box<dyn Read + Send>>,
+    cap: usize,
+    tap: Option<(OutputTap, Stream)>,
+) -> capture::HeadTail {
+    let mut kept = capture::HeadTail::new(cap);
+    let Some(mut stream) = stream else { return kept };
     let mut buf = vec![0u8; 64 << 10];
     loop {
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                total += n as u64;
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-                if n > room && !overflow.swap(true, Ordering::SeqCst) {
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                if let Some((tap, which)) = &tap {
+                    tap(*which, &buf[..n]);
                 }
+                kept.push(&buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
     }
-    (kept, total)
+    kept
 }
 
 /// How often the supervisor looks at the cancel switch.

@@ -34,7 +34,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
-use super::{Cancel, RunOutput, SandboxReport, Usage, Walls};
+use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
@@ -379,7 +379,7 @@ impl ComponentRuntime {
             system: false,
             protect: Default::default(),
         };
-        let (mut store, _out, _err) = self.store("describe", &walls, Cancel::new(), &[])?;
+        let (mut store, _out, _err) = self.store("describe", &walls, Cancel::new(), &[], None)?;
         let tools = pre
             .instantiate(&mut store)
             .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
@@ -401,9 +401,11 @@ impl ComponentRuntime {
         walls: &Walls,
         cancel: Cancel,
         argv: &[String],
+        tap: Option<&OutputTap>,
     ) -> Result<(Store<HostState>, CappedPipe, CappedPipe), CallError> {
         let cap = usize::try_from(walls.limits.max_output).unwrap_or(usize::MAX);
-        let (out, err) = (CappedPipe::new(cap), CappedPipe::new(cap));
+        let out = CappedPipe::new(cap).tapped(tap, Stream::Stdout);
+        let err = CappedPipe::new(cap).tapped(tap, Stream::Stderr);
         let mut b = WasiCtxBuilder::new();
         // Must precede the preopens: each Dir captures it when opened.
         b.allow_blocking_current_thread(true);
@@ -497,8 +499,9 @@ impl ComponentRuntime {
         args: String,
         walls: &Walls,
         cancel: &Cancel,
+        tap: Option<&OutputTap>,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(tool, walls, cancel.clone(), &[])?;
+        let (store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -518,13 +521,15 @@ impl ComponentRuntime {
         argv: Vec<String>,
         walls: &Walls,
         cancel: &Cancel,
+        tap: Option<&OutputTap>,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(tool, walls, cancel.clone(), &argv)?;
+        let (store, out, err) = self.store(tool, walls, cancel.clone(), &argv, tap)?;
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
+        let cap = usize::try_from(walls.limits.max_output).unwrap_or(usize::MAX);
         self.on_call_thread(tool, walls, cancel, move || {
             let mut store = store;
-            let result = run_command_in_store(&mut store, &plugin, &tool_name, out, err);
+            let result = run_command_in_store(&mut store, &plugin, &tool_name, (out, err), cap);
             (result, store)
         })
     }
@@ -697,14 +702,12 @@ fn run_in_store(
         }
         e
     };
-    let (stdout, out_total) = out.contents();
-    let (stderr, err_total) = err.contents();
-    let streams_truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+    let (stdout, stderr) = (out.contents(), err.contents());
     let mut usage = Usage {
         cpu_ms: cpu.as_secs_f64() * 1000.0,
         max_rss_kb: (limiter.peak / 1024) as u64,
-        output_bytes: out_total + err_total,
-        truncated: streams_truncated,
+        output_bytes: stdout.total() + stderr.total(),
+        truncated: stdout.dropped() > 0 || stderr.dropped() > 0,
     };
     match outcome {
         Ok(Ok(text)) => {
@@ -720,7 +723,7 @@ fn run_in_store(
             ToolError::PermissionDenied(m) => CallError::new(ErrorCode::PermissionDenied, format!("{tool}: {m}")),
             ToolError::Failed(m) => CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {m}")),
         })),
-        Err(e) => Err(refused(trap_error(tool, &e, limiter, started, &tail(&stderr)))),
+        Err(e) => Err(refused(trap_error(tool, &e, limiter, started, &tail(&stderr.joined())))),
     }
 }
 
@@ -729,8 +732,8 @@ fn run_command_in_store(
     store: &mut Store<HostState>,
     plugin: &LoadedPlugin,
     tool: &str,
-    out: CappedPipe,
-    err: CappedPipe,
+    (out, err): (CappedPipe, CappedPipe),
+    cap: usize,
 ) -> Result<RunOutput, CallError> {
     let Pre::Command(pre) = &plugin.pre else {
         return Err(CallError::new(ErrorCode::Internal, format!("{tool}: plugin {} is not a command", plugin.name)));
@@ -740,9 +743,7 @@ fn run_command_in_store(
     let outcome = pre.instantiate(&mut *store).and_then(|c| c.wasi_cli_run().call_run(&mut *store));
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
-    let (stdout, out_total) = out.contents();
-    let (stderr, err_total) = err.contents();
-    let truncated = out_total > stdout.len() as u64 || err_total > stderr.len() as u64;
+    let (stdout, stderr) = (out.contents(), err.contents());
     let note = store.data().note();
     let exit_code = match outcome {
         Ok(Ok(())) => 0,
@@ -750,7 +751,7 @@ fn run_command_in_store(
         Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
             Some(exit) => exit.0,
             None => {
-                let mut e = trap_error(tool, &e, limiter, started, &tail(&stderr));
+                let mut e = trap_error(tool, &e, limiter, started, &tail(&stderr.joined()));
                 if let Some(note) = note {
                     e.message = format!("{}; {note}", e.message);
                 }
@@ -760,27 +761,33 @@ fn run_command_in_store(
     };
     // A program that failed after a refusal: its stderr says which path warden
     // refused, and why.
-    let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+    // Both streams within max_output together, each keeping its head and tail.
+    let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
+    let truncated = out_text.dropped > 0 || err_text.dropped > 0;
+    let mut stderr_text = err_text.text;
     if exit_code != 0
         && let Some(note) = note
     {
-        if !stderr.is_empty() && !stderr.ends_with('\n') {
-            stderr.push('\n');
+        if !stderr_text.is_empty() && !stderr_text.ends_with('\n') {
+            stderr_text.push('\n');
         }
-        stderr.push_str(&format!("warden: {note}\n"));
+        stderr_text.push_str(&format!("warden: {note}\n"));
     }
     let usage = Usage {
         cpu_ms: cpu.as_secs_f64() * 1000.0,
         max_rss_kb: (limiter.peak / 1024) as u64,
-        output_bytes: out_total + err_total,
+        output_bytes: stdout.total() + stderr.total(),
         truncated,
     };
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "exit_code": exit_code,
-        "stdout": String::from_utf8_lossy(&stdout),
-        "stderr": stderr,
+        "stdout": out_text.text,
+        "stderr": stderr_text,
         "truncated": truncated,
     });
+    if truncated {
+        value["dropped"] = serde_json::json!({"stdout": out_text.dropped, "stderr": err_text.dropped});
+    }
     Ok(RunOutput { value, usage, sandbox: None })
 }
 
@@ -934,7 +941,7 @@ mod tests {
     #[test]
     fn tables_cannot_grow_past_the_bound() {
         let rt = ComponentRuntime::new(None).unwrap();
-        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[]).unwrap();
+        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[], None).unwrap();
         let module = wasmtime::Module::new(&rt.engine, table_module(1)).unwrap();
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
         let grow = instance.get_typed_func::<u32, i32>(&mut store, "grow").unwrap();
@@ -943,7 +950,7 @@ mod tests {
         assert_eq!(grow.call(&mut store, 10).unwrap(), 1, "a small growth is refused");
         assert_eq!(grow.call(&mut store, u32::MAX).unwrap(), -1);
 
-        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[]).unwrap();
+        let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[], None).unwrap();
         let huge = wasmtime::Module::new(&rt.engine, table_module(MAX_TABLE_ELEMENTS as u64 * 10));
         let instantiated = huge.and_then(|m| wasmtime::Instance::new(&mut store, &m, &[]));
         assert!(instantiated.is_err(), "a table of {} elements was created", MAX_TABLE_ELEMENTS * 10);

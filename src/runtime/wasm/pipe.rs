@@ -1,6 +1,7 @@
-//! Output pipes for a component's stdout and stderr that keep the first
-//! `cap` bytes and drop the rest, instead of trapping as wasmtime-wasi's
-//! `MemoryOutputPipe` does: a flood is recorded as `truncated`, never a crash.
+//! Output pipes for a component's stdout and stderr that keep the head and the
+//! tail of what is written within `cap` bytes and count the middle
+//! ([`HeadTail`]), instead of trapping as wasmtime-wasi's `MemoryOutputPipe`
+//! does: a flood is recorded as `truncated`, never a crash.
 
 use std::io;
 use std::pin::Pin;
@@ -8,42 +9,49 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+
+use crate::runtime::capture::HeadTail;
+use crate::runtime::{OutputTap, Stream};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-#[derive(Debug, Default)]
-struct Buffer {
-    bytes: Vec<u8>,
-    /// Bytes written in all, kept or not.
-    total: u64,
+/// A shared, capped, in-memory sink.
+#[derive(Clone)]
+pub(crate) struct CappedPipe {
+    buf: Arc<Mutex<HeadTail>>,
+    /// Sees each write as it comes (`warden call --stream`).
+    tap: Option<(OutputTap, Stream)>,
 }
 
-/// A shared, capped, in-memory sink.
-#[derive(Debug, Clone)]
-pub(crate) struct CappedPipe {
-    cap: usize,
-    buf: Arc<Mutex<Buffer>>,
+impl std::fmt::Debug for CappedPipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CappedPipe").field("buf", &self.buf).field("tap", &self.tap.as_ref().map(|t| t.1)).finish()
+    }
 }
 
 impl CappedPipe {
-    /// A pipe that keeps at most `cap` bytes.
+    /// A pipe that keeps at most `cap` bytes: the first half and the last half.
     pub(crate) fn new(cap: usize) -> CappedPipe {
-        CappedPipe { cap, buf: Arc::default() }
+        CappedPipe { buf: Arc::new(Mutex::new(HeadTail::new(cap))), tap: None }
+    }
+
+    /// The same pipe, showing each write to `tap` as `stream`.
+    pub(crate) fn tapped(mut self, tap: Option<&OutputTap>, stream: Stream) -> CappedPipe {
+        self.tap = tap.map(|t| (t.clone(), stream));
+        self
     }
 
     fn push(&self, data: &[u8]) {
-        let mut b = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
-        b.total += data.len() as u64;
-        let room = self.cap.saturating_sub(b.bytes.len());
-        let take = room.min(data.len());
-        b.bytes.extend_from_slice(&data[..take]);
+        if let Some((tap, stream)) = &self.tap {
+            tap(*stream, data);
+        }
+        self.buf.lock().unwrap_or_else(PoisonError::into_inner).push(data);
     }
 
-    /// What was kept, and how many bytes were written in all.
-    pub(crate) fn contents(&self) -> (Vec<u8>, u64) {
-        let b = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
-        (b.bytes.clone(), b.total)
+    /// What was kept, and the count of what was not.
+    pub(crate) fn contents(&self) -> HeadTail {
+        self.buf.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
@@ -98,12 +106,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keeps_the_first_cap_bytes_and_counts_the_rest() {
+    fn keeps_the_head_and_tail_and_counts_the_rest() {
         let p = CappedPipe::new(4);
         p.push(b"abc");
         p.push(b"defgh");
-        let (kept, total) = p.contents();
-        assert_eq!(kept, b"abcd");
-        assert_eq!(total, 8);
+        let kept = p.contents();
+        assert_eq!(kept.joined(), b"abgh");
+        assert_eq!(kept.total(), 8);
     }
 }

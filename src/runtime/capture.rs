@@ -1,0 +1,260 @@
+//! A program's output streams, bounded without stopping the program (issue 19).
+//!
+//! A test runner's verdict is at the end of its output, and the first failure
+//! near the start: a stream keeps its first half and its last half of
+//! `limits.max_output` ([`HeadTail`]) and counts what it drops from the middle,
+//! while the pipe is drained to the end, so the program is never killed for
+//! what it prints (only its timeout, CPU time and other limits stop it).
+//!
+//! [`fit`] then shares `max_output` between the streams of one result, so the
+//! shaping stage has nothing left to cut: each text keeps its head and tail
+//! around one marker that says how many bytes were dropped there.
+
+use std::collections::VecDeque;
+
+/// What a result keeps of `max_output` for its other fields (exit code, usage,
+/// the sandbox and network summaries), so the streams fit beside them.
+pub const RESULT_RESERVE: usize = 2048;
+
+/// The bytes of `max_output` the streams of one result share.
+pub fn budget(max_output: usize) -> usize {
+    max_output.saturating_sub(RESULT_RESERVE).max(max_output / 2)
+}
+
+/// One stream's head and tail.
+#[derive(Debug, Clone, Default)]
+pub struct HeadTail {
+    /// How many leading bytes are kept.
+    half: usize,
+    /// How many trailing bytes are kept.
+    rest: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl HeadTail {
+    /// Keeps at most `cap` bytes: the first half and the last half.
+    pub fn new(cap: usize) -> HeadTail {
+        let half = cap / 2;
+        HeadTail { half, rest: cap - half, ..HeadTail::default() }
+    }
+
+    /// Takes the next bytes of the stream.
+    pub fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        let room = self.half.saturating_sub(self.head.len());
+        if room > 0 {
+            let take = room.min(data.len());
+            self.head.extend_from_slice(&data[..take]);
+            data = &data[take..];
+        }
+        if self.rest == 0 || data.is_empty() {
+            return;
+        }
+        if data.len() >= self.rest {
+            self.tail.clear();
+            self.tail.extend(&data[data.len() - self.rest..]);
+            return;
+        }
+        let over = (self.tail.len() + data.len()).saturating_sub(self.rest);
+        self.tail.drain(..over);
+        self.tail.extend(data);
+    }
+
+    /// Bytes written in all, kept or not.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes kept.
+    pub fn kept(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Bytes dropped from the middle.
+    pub fn dropped(&self) -> u64 {
+        self.total - self.kept() as u64
+    }
+
+    /// The kept bytes, joined, with no marker (for a helper's own error text).
+    pub fn joined(&self) -> Vec<u8> {
+        let mut v = self.head.clone();
+        v.extend(&self.tail);
+        v
+    }
+
+    /// The stream as text within `allowance` bytes (before JSON escaping): the
+    /// first and last bytes it kept, and a marker where bytes were dropped.
+    fn text(&self, name: &str, allowance: usize) -> (String, u64) {
+        let (mut h, mut t) = (self.head.len(), self.tail.len());
+        if h + t > allowance {
+            h = h.min(allowance / 2);
+            t = t.min(allowance - h);
+            h = self.head.len().min(allowance - t);
+        }
+        // Cut on character boundaries: never split a UTF-8 sequence.
+        h = complete(&self.head[..h]);
+        let mut start = self.tail.len() - t;
+        for _ in 0..3 {
+            if start < self.tail.len() && is_continuation(self.tail[start]) {
+                start += 1;
+            }
+        }
+        let dropped = self.total - (h + self.tail.len() - start) as u64;
+        let tail: Vec<u8> = self.tail.range(start..).copied().collect();
+        let mut text = String::from_utf8_lossy(&self.head[..h]).into_owned();
+        if dropped > 0 {
+            text.push_str(&format!(
+                "\n…[truncated {dropped} of {} bytes of {name} here (limits.max_output); the last {} follow]…\n",
+                self.total,
+                tail.len()
+            ));
+        }
+        text.push_str(&String::from_utf8_lossy(&tail));
+        (text, dropped)
+    }
+}
+
+fn is_continuation(b: u8) -> bool {
+    b & 0b1100_0000 == 0b1000_0000
+}
+
+/// The length of `b` without an incomplete UTF-8 sequence at its end.
+fn complete(b: &[u8]) -> usize {
+    let n = b.len();
+    for back in 1..=n.min(4) {
+        let c = b[n - back];
+        if !is_continuation(c) {
+            let need = match c {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if need > back { n - back } else { n };
+        }
+    }
+    n
+}
+
+/// One stream made text for a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fitted {
+    /// The head, a marker where bytes were dropped, and the tail.
+    pub text: String,
+    /// Bytes dropped from the middle.
+    pub dropped: u64,
+}
+
+/// Makes `streams` text that together take at most `budget` bytes of JSON
+/// (plus the markers): a stream that fits keeps everything, and the longer ones
+/// share what is left, each keeping its head and its tail.
+pub fn fit<const N: usize>(streams: [(&str, &HeadTail); N], budget: usize) -> [Fitted; N] {
+    let mut budget = budget;
+    for _ in 0..6 {
+        let out = fit_once(&streams, budget);
+        let json: usize = out.iter().map(|f| json_len(&f.text)).sum();
+        let markers: usize = out.iter().filter(|f| f.dropped > 0).map(|_| MARKER).sum();
+        if json <= budget + markers || budget == 0 {
+            return out;
+        }
+        // Escaping grew the text: take the excess off and fit again.
+        budget = budget.saturating_sub(json - budget - markers);
+    }
+    fit_once(&streams, budget)
+}
+
+/// Room for one marker, beyond the budget.
+const MARKER: usize = 160;
+
+fn fit_once<const N: usize>(streams: &[(&str, &HeadTail); N], budget: usize) -> [Fitted; N] {
+    // Shares `budget`: the smallest streams first, each taking at most an even share of what is left.
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| streams[i].1.kept());
+    let mut allowance = [0usize; N];
+    let mut left = budget;
+    for (n, &i) in order.iter().enumerate() {
+        let share = left / (N - n);
+        allowance[i] = streams[i].1.kept().min(share);
+        left -= allowance[i];
+    }
+    std::array::from_fn(|i| {
+        let (name, s) = streams[i];
+        let (text, dropped) = s.text(name, allowance[i]);
+        Fitted { text, dropped }
+    })
+}
+
+fn json_len(s: &str) -> usize {
+    serde_json::to_string(s).map_or(usize::MAX / 4, |j| j.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(cap: usize, chunks: &[&[u8]]) -> HeadTail {
+        let mut s = HeadTail::new(cap);
+        for c in chunks {
+            s.push(c);
+        }
+        s
+    }
+
+    #[test]
+    fn short_streams_are_kept_whole() {
+        let s = stream(10, &[b"abc", b"defg"]);
+        assert_eq!((s.kept(), s.dropped(), s.total()), (7, 0, 7));
+        assert_eq!(fit([("stdout", &s)], 100), [Fitted { text: "abcdefg".into(), dropped: 0 }]);
+    }
+
+    #[test]
+    fn long_streams_keep_their_head_and_tail_and_count_the_middle() {
+        let s = stream(8, &[b"0123", b"456789", b"abcdefghij", b"XYZ"]);
+        assert_eq!(s.joined(), b"0123jXYZ");
+        assert_eq!((s.total(), s.kept(), s.dropped()), (23, 8, 15));
+        let f = &fit([("stdout", &s)], 100)[0];
+        assert!(f.text.starts_with("0123\n…[truncated 15 of 23 bytes of stdout"), "{}", f.text);
+        assert!(f.text.ends_with("the last 4 follow]…\njXYZ"), "{}", f.text);
+        assert_eq!(f.dropped, 15);
+    }
+
+    #[test]
+    fn one_big_push_keeps_its_own_end() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let s = stream(10, &[&data]);
+        assert_eq!(s.joined(), [0, 1, 2, 3, 4, 95, 96, 97, 98, 99]);
+    }
+
+    #[test]
+    fn streams_share_the_budget_and_a_small_one_stays_whole() {
+        let big = stream(1000, &[&[b'o'; 5000]]);
+        let small = stream(1000, &[b"error: the last line\n"]);
+        let out = fit([("stdout", &big), ("stderr", &small)], 300);
+        assert_eq!(out[1].text, "error: the last line\n");
+        assert_eq!(out[1].dropped, 0);
+        assert!(out[0].dropped > 0);
+        let (head, rest) = out[0].text.split_once("\n…[truncated ").unwrap_or_default();
+        let (_, tail) = rest.split_once("]…\n").unwrap_or_default();
+        let kept = head.len() + tail.len();
+        assert_eq!(kept as u64, 5000 - out[0].dropped);
+        assert_eq!(kept, 300 - 21, "the rest of the budget: {}", out[0].text);
+    }
+
+    #[test]
+    fn cuts_fall_between_characters() {
+        let s = stream(7, &["ééééééééé".as_bytes()]);
+        let f = &fit([("stdout", &s)], 7)[0];
+        assert!(!f.text.contains('\u{FFFD}'), "{}", f.text);
+        assert!(f.text.starts_with("éé\n…[truncated") || f.text.starts_with("é\n…[truncated"), "{}", f.text);
+        assert!(f.text.ends_with("follow]…\néé"), "{}", f.text);
+    }
+
+    #[test]
+    fn escaping_is_counted_in_the_budget() {
+        let s = stream(10_000, &[&[b'"'; 10_000]]);
+        let out = fit([("stdout", &s)], 1000);
+        assert!(json_len(&out[0].text) <= 1000 + 160, "{}", json_len(&out[0].text));
+    }
+}
