@@ -9,12 +9,15 @@
 //!
 //! A `[servers.NAME]` entry contributes every tool the server lists, as
 //! `NAME__TOOL`; a server that cannot start leaves one unavailable entry,
-//! `NAME__*`, that says why.
+//! `NAME__*`, that says why. A server's tools are found when first needed
+//! (issue 19): resolving a `NAME__…` name starts that server alone, and
+//! [`Catalog::load_all`] (for `list`, `lock`, `policy check`, `audit` and MCP
+//! `tools/list`) starts every one; a call of another tool starts none.
 
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -53,7 +56,11 @@ pub struct Entry {
 /// Every tool of the policy, by name.
 #[derive(Debug)]
 pub struct Catalog {
+    /// The tools that are not a server's.
     entries: BTreeMap<String, Entry>,
+    /// Each server's tools (its own and the policy's `[tools."NAME__TOOL"]`),
+    /// found when first needed.
+    servers: BTreeMap<String, OnceLock<BTreeMap<String, Entry>>>,
 }
 
 impl Catalog {
@@ -78,61 +85,67 @@ impl Catalog {
         }
         let found = Found { policy, runtime, servers, pins };
         let mut entries = BTreeMap::new();
-        let mut add = |spec: ToolSpec, state: Result<ReadyTool, CallError>| {
-            // Errors can quote what a plugin or server said: no terminal escapes.
-            let state = state.map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
-            if let Err(e) = &state {
-                tracing::warn!(tool = %spec.name, "tool unavailable: {}", e.message);
-            }
-            entries.insert(spec.name.clone(), Entry { spec, state });
-        };
-        for spec in policy.tools.values() {
-            add(spec.clone(), found.ready(spec));
+        for spec in policy.tools.values().filter(|s| !matches!(s.runner, Runner::Server(_))) {
+            add(&mut entries, spec.clone(), found.ready(spec));
         }
-        for server in policy.servers.values() {
-            match servers.definitions(server) {
-                Ok(defs) => {
-                    for def in defs {
-                        let spec = server.tool_spec(&def.name);
-                        if !policy.tools.contains_key(&spec.name) {
-                            let state = found.ready(&spec);
-                            add(spec, state);
-                        }
-                    }
-                }
-                Err(e) => {
-                    let spec = server.tool_spec("*");
-                    add(
-                        spec,
-                        Err(CallError::new(e.code, format!("server {} is unavailable: {}", server.name, e.message))),
-                    );
-                }
-            }
-        }
-        Catalog { entries }
+        let servers = policy.servers.keys().map(|name| (name.clone(), OnceLock::new())).collect();
+        Catalog { entries, servers }
     }
 
-    /// Every tool, sorted by name (including `deny` and unavailable ones).
+    /// [`Catalog::build`], with every server started and its tools found.
+    pub fn build_all(policy: &Policy, runtime: &ComponentRuntime, servers: &ServerPool, pins: &Pins) -> Catalog {
+        let catalog = Catalog::build(policy, runtime, servers, pins);
+        catalog.load_all(&Found { policy, runtime, servers, pins });
+        catalog
+    }
+
+    /// Starts every server not yet started and finds its tools.
+    pub(crate) fn load_all(&self, found: &Found<'_>) {
+        for name in self.servers.keys() {
+            self.section(name, found);
+        }
+    }
+
+    /// The tools of server `name` (starting it when needed), if it is declared.
+    fn section(&self, name: &str, found: &Found<'_>) -> Option<&BTreeMap<String, Entry>> {
+        let server = found.policy.servers.get(name)?;
+        Some(self.servers.get(name)?.get_or_init(|| found.server_entries(server)))
+    }
+
+    /// Every tool, sorted by name (including `deny` and unavailable ones); a
+    /// server's only once it was started ([`Catalog::load_all`]).
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values()
+        let mut all: Vec<&Entry> = self
+            .entries
+            .values()
+            .chain(self.servers.values().filter_map(OnceLock::get).flat_map(|m| m.values()))
+            .collect();
+        all.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        all.into_iter()
     }
 
     /// The tools an agent may see: not `deny`, sorted by name.
     pub fn visible(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values().filter(|e| e.spec.tier != Tier::Deny)
+        self.entries().filter(|e| e.spec.tier != Tier::Deny)
     }
 
-    /// Resolves a requested name: exact, then `PLUGIN.TOOL`. Unknown names get
-    /// `NOT_FOUND` with the closest visible names.
-    pub fn resolve(&self, requested: &str) -> Result<&Entry, CallError> {
+    /// Resolves a requested name: exact, then `SERVER__TOOL` (starting that
+    /// server when needed), then `PLUGIN.TOOL`. Unknown names get `NOT_FOUND`
+    /// with the closest visible names.
+    pub(crate) fn resolve(&self, requested: &str, found: &Found<'_>) -> Result<&Entry, CallError> {
         if let Some(e) = self.entries.get(requested) {
             return Ok(e);
         }
-        // A tool of a server that could not start: the server's reason.
         if let Some((server, _)) = requested.split_once(SERVER_TOOL_SEPARATOR)
-            && let Some(e) = self.entries.get(&format!("{server}{SERVER_TOOL_SEPARATOR}*"))
+            && let Some(section) = self.section(server, found)
         {
-            return Ok(e);
+            if let Some(e) = section.get(requested) {
+                return Ok(e);
+            }
+            // A tool of a server that could not start: the server's reason.
+            if let Some(e) = section.get(&format!("{server}{SERVER_TOOL_SEPARATOR}*")) {
+                return Ok(e);
+            }
         }
         if let Some((plugin, tool)) = requested.split_once('.')
             && let Some(e) = self.entries.get(tool).filter(|e| e.spec.plugin() == Some(plugin))
@@ -169,15 +182,51 @@ impl ReadyTool {
     }
 }
 
-/// What [`Catalog::build`] finds tools with.
-struct Found<'a> {
-    policy: &'a Policy,
-    runtime: &'a ComponentRuntime,
-    servers: &'a ServerPool,
-    pins: &'a Pins,
+/// Adds a tool to `entries`, its error cleaned.
+fn add(entries: &mut BTreeMap<String, Entry>, spec: ToolSpec, state: Result<ReadyTool, CallError>) {
+    // Errors can quote what a plugin or server said: no terminal escapes.
+    let state = state.map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
+    if let Err(e) = &state {
+        tracing::warn!(tool = %spec.name, "tool unavailable: {}", e.message);
+    }
+    entries.insert(spec.name.clone(), Entry { spec, state });
+}
+
+/// What the catalog finds tools with.
+pub(crate) struct Found<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) runtime: &'a ComponentRuntime,
+    pub(crate) servers: &'a ServerPool,
+    pub(crate) pins: &'a Pins,
 }
 
 impl Found<'_> {
+    /// The tools of `server`: the policy's `[tools."NAME__TOOL"]` entries and
+    /// every other tool it lists (starting it), or one unavailable `NAME__*`.
+    fn server_entries(&self, server: &crate::policy::ServerSpec) -> BTreeMap<String, Entry> {
+        let mut entries = BTreeMap::new();
+        let own = |s: &&ToolSpec| matches!(&s.runner, Runner::Server(st) if st.server == server.name);
+        for spec in self.policy.tools.values().filter(own) {
+            add(&mut entries, spec.clone(), self.ready(spec));
+        }
+        match self.servers.definitions(server) {
+            Ok(defs) => {
+                for def in defs {
+                    let spec = server.tool_spec(&def.name);
+                    if !self.policy.tools.contains_key(&spec.name) {
+                        let state = self.ready(&spec);
+                        add(&mut entries, spec, state);
+                    }
+                }
+            }
+            Err(e) => {
+                let why = CallError::new(e.code, format!("server {} is unavailable: {}", server.name, e.message));
+                add(&mut entries, server.tool_spec("*"), Err(why));
+            }
+        }
+        entries
+    }
+
     fn ready(&self, spec: &ToolSpec) -> Result<ReadyTool, CallError> {
         let (policy, runtime) = (self.policy, self.runtime);
         let load = |plugin_name: &str| {

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::approval::{self, ApprovedBy, Approver, Verdict};
 use crate::audit::{AuditLog, Decision, Record};
-use crate::catalog::{Catalog, Entry, ReadyTool};
+use crate::catalog::{Catalog, Entry, Found, ReadyTool};
 use crate::error::{CallError, ErrorCode};
 use crate::lock::Pins;
 use crate::policy::{CommandSpec, GrantPath, PluginSource, Policy, Runner, Tier};
@@ -169,6 +169,8 @@ pub struct Executor {
     runtime: ComponentRuntime,
     processes: ProcessRuntime,
     servers: ServerPool,
+    /// The definitions pinned in `warden.lock`.
+    pins: Pins,
     approver: Approver,
     audit: AuditLog,
     session: String,
@@ -218,6 +220,7 @@ impl Executor {
             runtime,
             processes,
             servers,
+            pins,
             approver,
             audit,
             session: random_id("s"),
@@ -230,9 +233,19 @@ impl Executor {
         &self.policy
     }
 
-    /// The catalog of tools.
+    /// The catalog of tools, with every server started and its tools found.
     pub fn catalog(&self) -> &Catalog {
+        self.catalog.load_all(&self.found());
         &self.catalog
+    }
+
+    /// Resolves a requested tool name, starting only the server it names, if any.
+    pub fn resolve(&self, name: &str) -> Result<&Entry, CallError> {
+        self.catalog.resolve(name, &self.found())
+    }
+
+    fn found(&self) -> Found<'_> {
+        Found { policy: &self.policy, runtime: &self.runtime, servers: &self.servers, pins: &self.pins }
     }
 
     /// The running process of server `name`, if it runs (for diagnostics and tests).
@@ -353,7 +366,7 @@ impl Executor {
         hooks: &CallHooks<'_>,
     ) -> Result<(Value, bool), CallError> {
         // Resolve.
-        let entry: &Entry = self.catalog.resolve(&call.tool)?;
+        let entry: &Entry = self.resolve(&call.tool)?;
         let spec = &entry.spec;
         let name = spec.name.as_str();
 
@@ -532,7 +545,7 @@ impl Executor {
     /// Refuses path arguments that fall outside every directory the tool is granted,
     /// before anything runs (the sandbox would refuse them too).
     fn check_paths(&self, name: &str, ready: &ReadyTool, args: &Value) -> Result<(), CallError> {
-        let spec = self.catalog.resolve(name)?;
+        let spec = self.resolve(name)?;
         let fixed: Vec<&Path> = spec
             .spec
             .grants

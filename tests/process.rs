@@ -938,3 +938,38 @@ fn proc_and_dev_shm_are_the_calls_own() {
     let r = shell(&env, "exit 7");
     assert_eq!(result(&r)["exit_code"], 7, "{r:?}");
 }
+
+/// Issue 19: a server starts on the first call of one of its tools, not for a
+/// call of another tool; `list` starts it; a server that cannot start says how
+/// it ended (exit status, the end of its stderr) and where it is declared.
+#[test]
+fn servers_start_on_first_use_and_say_why_they_cannot() {
+    let env = Env::new();
+    let mark = env.ws.join("starts.log");
+    let text = format!(
+        "version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{{system}}\"]\nlimits = {{ timeout = \"10s\" }}\n\n\
+         [servers.probe]\nexec = [\"/bin/sh\", \"-c\", \"echo started >> \\\"$MARK\\\"; echo 'no such module: mcp' >&2; exit 3\"]\n\
+         tier = \"auto\"\nfs.read = [\"{{system}}\"]\nfs.write = [\"{{workspace}}\"]\nenv.set = {{ MARK = \"{}\" }}\n",
+        mark.display()
+    );
+    let policy = env.root.path().join("policy.toml");
+    std::fs::write(&policy, text).unwrap();
+    let p = policy.to_str().unwrap();
+    let r = env.run(&["--policy", p, "call", "shell", r#"{"command":"echo hi"}"#]);
+    assert_eq!(result(&r)["stdout"], "hi\n", "{r:?}");
+    assert!(!mark.exists(), "a call of another tool started the server: {r:?}");
+    assert!(!r.stderr.contains("could not start") && !r.stderr.contains("unavailable"), "{}", r.stderr);
+
+    let r = env.run(&["--policy", p, "call", "probe__anything", "{}"]);
+    assert!(mark.exists(), "a call of its tool starts it: {r:?}");
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("server probe") && msg.contains("could not start"), "{msg}");
+    assert!(msg.contains("exit status: 3") && msg.contains("no such module: mcp"), "{msg}");
+    assert!(msg.contains("policy.toml"), "names where it is declared: {msg}");
+
+    std::fs::remove_file(&mark).unwrap();
+    let r = env.run(&["--policy", p, "list"]);
+    assert!(mark.exists(), "list starts every server: {r:?}");
+    assert!(r.stdout.contains("probe__*") && r.stdout.contains("UNAVAILABLE"), "{}", r.stdout);
+}

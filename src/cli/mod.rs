@@ -287,7 +287,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
 fn catalog_of(policy: &Policy, runtime: &ComponentRuntime) -> (Catalog, ServerPool) {
     let servers = ServerPool::new(crate::runtime::process::default_helper(), policy);
     let pins = Pins::load(policy.lock_path.as_deref());
-    (Catalog::build(policy, runtime, &servers, &pins), servers)
+    (Catalog::build_all(policy, runtime, &servers, &pins), servers)
 }
 
 /// `warden lock [--check]`.

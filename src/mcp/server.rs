@@ -121,7 +121,7 @@ impl ServerHandler for WardenServer {
         let shared = self.shared.clone();
         let name = request.name.to_string();
         // Unknown names are a protocol fault; everything else is a result.
-        if let Err(e) = shared.executor.catalog().resolve(&name) {
+        if let Err(e) = shared.executor.resolve(&name) {
             return Err(McpError::invalid_params(e.message, None));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());

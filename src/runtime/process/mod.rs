@@ -20,6 +20,7 @@ pub mod limits;
 pub mod mounts;
 pub mod namespaces;
 pub mod netns;
+pub mod program;
 pub mod seccomp;
 pub mod spec;
 pub mod tmpfs;
@@ -381,7 +382,16 @@ impl ProcessRuntime {
                 }
             });
             let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
-            let hint = if report.exec_failed { " (is the program's directory in fs.read?)" } else { "" };
+            let hint = if report.exec_failed {
+                let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+                let program = exec.argv.first().map(std::path::Path::new);
+                match program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))) {
+                    Some(h) => format!(" ({h})"),
+                    None => " (is the program's directory in fs.read?)".to_string(),
+                }
+            } else {
+                String::new()
+            };
             return Err(CallError::new(code, format!("{tool}: {why}{hint}")));
         }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use self::client::Connection;
-use super::process::ProcessRuntime;
+use super::process::{ProcessRuntime, program};
 use super::wasm::ToolDef;
 use super::{CallTmp, Cancel, RunOutput, SandboxReport, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
@@ -252,32 +252,54 @@ impl ServerPool {
         lock(&self.spawner)
             .send(job)
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))?;
-        let (process, sandbox, tmp, journal) = rx
+        let (process, sandbox, tmp, journal, program_hint) = rx
             .recv()
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
         let conn = Arc::new(Connection::new(&spec.name, process)?);
         let tools = handshake(&conn, &spec.name).map_err(|e| {
             conn.stop();
-            let ended = conn.ended().unwrap_or_default();
-            if ended.contains("exit status: 127") {
-                CallError::new(
-                    e.code,
-                    format!(
-                        "{} (exit 127: the program could not be executed; are it, its interpreter and the \
-                         libraries it loads in fs.read?)",
-                        e.message
-                    ),
-                )
-            } else {
-                e
-            }
+            start_failure(spec, e, &conn, program_hint)
         })?;
         Ok((Live { conn, sandbox, journal, _tmp: tmp }, tools))
     }
 }
 
-/// A server process, the sandbox it runs in, and its `{tmp}` (removed with it).
-type Started = (crate::runtime::process::ServerProcess, SandboxReport, Option<CallTmp>, Arc<crate::egress::Journal>);
+/// Why a server did not start, said so the user can act on it (issue 19): how
+/// it ended (exit status, the end of its stderr), and, when the program could
+/// not be executed, which path is outside its `fs.read`.
+fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hint: Option<String>) -> CallError {
+    // The reader thread records how the server ended just after it stops.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut ended = conn.ended();
+    while ended.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        ended = conn.ended();
+    }
+    let mut message = format!("server {} ({}) could not start: {}", spec.name, spec.location, e.message);
+    if let Some(ended) = ended.as_deref().filter(|w| !e.message.contains(*w)) {
+        message.push_str(&format!("; {ended}"));
+    }
+    let could_not_exec =
+        ended.as_deref().is_some_and(|w| w.contains("exit status: 127") || w.contains("exit status: 126"));
+    match program_hint {
+        Some(h) => message.push_str(&format!("; {h}")),
+        None if could_not_exec => message.push_str(
+            "; the program could not be executed: are it, its interpreter and the libraries it loads in fs.read?",
+        ),
+        None => {}
+    }
+    CallError::new(e.code, message)
+}
+
+/// A server process, the sandbox it runs in, its `{tmp}` (removed with it),
+/// its egress journal, and which path of its program no read grant covers.
+type Started = (
+    crate::runtime::process::ServerProcess,
+    SandboxReport,
+    Option<CallTmp>,
+    Arc<crate::egress::Journal>,
+    Option<String>,
+);
 
 /// Spawns the server's confined process from the calling thread (the spawner:
 /// see the module docs for why).
@@ -288,8 +310,11 @@ fn start_on_this_thread(
     writable: &[PathBuf],
 ) -> Result<Started, CallError> {
     let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace, writable)?;
+    let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+    let owner = format!("[servers.{}]", spec.name);
+    let program_hint = spec.exec.argv.first().and_then(|p| program::hint(std::path::Path::new(p), &granted, &owner));
     let started = processes.start_server(&spec.name, &spec.exec, &walls, tmp.as_ref().map(|t| t.path.as_path()))?;
-    Ok((started.process, started.sandbox, tmp, walls.journal.clone()))
+    Ok((started.process, started.sandbox, tmp, walls.journal.clone(), program_hint))
 }
 
 /// `initialize`, `notifications/initialized`, then every page of `tools/list`.

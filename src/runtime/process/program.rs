@@ -1,0 +1,106 @@
+//! Why a program cannot start under its read grants (issue 19): the path on
+//! its way to `execve` that no grant covers, so the error names the path and
+//! the key to change instead of "Broken pipe" or a bare `EACCES`.
+//!
+//! The way is the program's path, each link it passes through (a virtualenv's
+//! `bin/python` is a link into the base installation), and a script's
+//! interpreter (`#!`), each checked with its directories resolved, as the
+//! kernel resolves them.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The most links and interpreters followed.
+const MAX_HOPS: usize = 16;
+
+/// The first path on `program`'s way that none of `granted` covers, and how
+/// it was reached; `None` when every one is covered (or the program is missing).
+pub fn ungranted(program: &Path, granted: &[PathBuf]) -> Option<(PathBuf, String)> {
+    let granted: Vec<PathBuf> = granted.iter().map(|g| g.canonicalize().unwrap_or_else(|_| g.clone())).collect();
+    let covered = |p: &Path| granted.iter().any(|g| p.starts_with(g));
+    let mut path = program.to_path_buf();
+    let mut how = String::from("the program");
+    for _ in 0..MAX_HOPS {
+        // Its directories as the kernel resolves them; the last component as it is.
+        let resolved = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => dir.canonicalize().map(|d| d.join(name)).unwrap_or_else(|_| path.clone()),
+            _ => path.clone(),
+        };
+        if !covered(&resolved) {
+            return Some((resolved, how));
+        }
+        let meta = std::fs::symlink_metadata(&resolved).ok()?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&resolved).ok()?;
+            let dir = resolved.parent().map(Path::to_path_buf).unwrap_or_default();
+            how = format!("the target of the link {}", resolved.display());
+            path = dir.join(target);
+            continue;
+        }
+        let interpreter = shebang(&resolved)?;
+        how = format!("the interpreter of {} (its #! line)", resolved.display());
+        path = interpreter;
+    }
+    None
+}
+
+/// The interpreter a script names on its `#!` line.
+fn shebang(path: &Path) -> Option<PathBuf> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?.trim();
+    let first = text.split_whitespace().next()?;
+    first.starts_with('/').then(|| PathBuf::from(first))
+}
+
+/// A sentence for an error: which path is outside `key` of `owner`, and what to add.
+pub fn hint(program: &Path, granted: &[PathBuf], owner: &str) -> Option<String> {
+    let (path, how) = ungranted(program, granted)?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    Some(format!(
+        "{how}, {}, is outside every fs.read grant of {owner}; add \"{}\" (or a directory above it) to its fs.read",
+        path.display(),
+        dir.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    #[test]
+    fn names_the_target_of_a_link_outside_the_grants() {
+        let root = tempfile::tempdir().unwrap();
+        let (venv, base) = (root.path().join("venv/bin"), root.path().join("base/bin"));
+        std::fs::create_dir_all(&venv).unwrap();
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(base.join("python3.12"), b"\x7fELF").unwrap();
+        symlink(base.join("python3.12"), venv.join("python")).unwrap();
+        let granted = [root.path().join("venv")];
+        let (path, how) = ungranted(&venv.join("python"), &granted).unwrap();
+        assert_eq!(path, base.canonicalize().unwrap().join("python3.12"));
+        assert!(how.contains("the target of the link"), "{how}");
+        assert!(ungranted(&venv.join("python"), &[root.path().to_path_buf()]).is_none());
+        let h = hint(&venv.join("python"), &granted, "[servers.notes]").unwrap();
+        assert!(h.contains("fs.read grant of [servers.notes]") && h.contains("base/bin"), "{h}");
+    }
+
+    #[test]
+    fn names_a_scripts_interpreter_outside_the_grants() {
+        let root = tempfile::tempdir().unwrap();
+        let (bin, opt) = (root.path().join("bin"), root.path().join("opt"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&opt).unwrap();
+        std::fs::write(opt.join("node"), b"\x7fELF").unwrap();
+        let script = bin.join("server");
+        std::fs::write(&script, format!("#!{} --flag\nconsole.log(1)\n", opt.join("node").display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (path, how) = ungranted(&script, std::slice::from_ref(&bin)).unwrap();
+        assert_eq!(path, opt.canonicalize().unwrap().join("node"));
+        assert!(how.contains("interpreter"), "{how}");
+    }
+}
