@@ -245,6 +245,7 @@ impl Found<'_> {
                     format!("tool {} ({}): plugin {plugin_name}", spec.name, spec.location)
                 })?;
                 if policy.plugins.get(plugin_name).is_some_and(|p| matches!(p.source, PluginSource::File(_))) {
+                    poisoned(spec, &format!("plugin {plugin_name}"), def)?;
                     self.pins.check(Owner::Plugin(plugin_name), def).map_err(refused)?;
                 }
                 let (description, schema) = (def.description.clone(), def.input_schema.clone());
@@ -268,6 +269,7 @@ impl Found<'_> {
                     .map_err(|e| CallError::new(e.code, format!("tool {} is unavailable: {}", spec.name, e.message)))?;
                 let def =
                     find(&defs, &st.tool, || format!("tool {} ({}): server {}", spec.name, spec.location, st.server))?;
+                poisoned(spec, &format!("server {}", st.server), def)?;
                 self.pins.check(Owner::Server(&st.server), def).map_err(refused)?;
                 (None, def.description.clone(), def.input_schema.clone(), format!("server {}", st.server))
             }
@@ -335,6 +337,34 @@ impl Found<'_> {
         };
         compile(spec, plugin, description, &schema_text, &source)
     }
+}
+
+/// Refuses a third-party definition that carries text aimed at the model
+/// (issue 19), unless the policy's own description replaces the poisoned one.
+fn poisoned(spec: &ToolSpec, owner: &str, def: &ToolDef) -> Result<(), CallError> {
+    let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else {
+        return Ok(());
+    };
+    if p.in_description && spec.description.is_some() {
+        return Ok(());
+    }
+    let what = if p.in_description {
+        format!(
+            "to offer it with a description of your own, set [tools.\"{}\"] description = \"…\" in the policy",
+            spec.name
+        )
+    } else {
+        "the input schema cannot be replaced in the policy: deny the tool (tier = \"deny\") or have its author fix it"
+            .to_string()
+    };
+    Err(CallError::new(
+        ErrorCode::Denied,
+        format!(
+            "tool {} is refused: the definition {owner} gives {} (tool poisoning: text that addresses the model); \
+             read it with `warden lock --show {}`; {what}",
+            spec.name, p.why, spec.name
+        ),
+    ))
 }
 
 /// The definition named `name` among `defs`, or `NOT_FOUND` naming what `owner` offers.

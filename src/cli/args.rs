@@ -109,6 +109,10 @@ pub enum Command {
         /// Write nothing; exit 1 when warden.lock is missing or out of date.
         #[arg(long)]
         check: bool,
+        /// Write nothing; print the definition TOOL has now (description, input
+        /// schema, any poisoning found) and what changed since it was pinned.
+        #[arg(long, value_name = "TOOL", conflicts_with = "check")]
+        show: Option<String>,
     },
     /// Plugin commands.
     #[command(subcommand)]

@@ -106,7 +106,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Serve { http, approval_timeout, allow_origin } => serve(&cli, *http, *approval_timeout, allow_origin),
         Command::Plugin(PluginCommand::Inspect { file, json }) => plugin_inspect(file, *json),
-        Command::Lock { check } => lock(&cli, *check),
+        Command::Lock { check, show } => lock(&cli, *check, show.as_deref()),
         Command::Audit { format, fail_on, no_self_test } => audit(&cli, *format, *fail_on, !*no_self_test),
         Command::List { json } => {
             let executor = executor(&cli)?;
@@ -232,18 +232,19 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     };
     let host = HostReport::probe();
     let loaded = Policy::from_text(&text, &origin, &dir, &ctx);
-    let (tools, descriptions) = match &loaded {
+    let (tools, descriptions, poisoned) = match &loaded {
         Ok(policy) => {
             let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
-            let (catalog, _servers) = catalog_of(policy, &runtime);
+            let (catalog, servers) = catalog_of(policy, &runtime);
             let descriptions = catalog
                 .entries()
                 .filter(|e| e.spec.description.is_none())
                 .filter_map(|e| e.state.as_ref().ok().map(|r| (e.spec.name.clone(), r.description.clone())))
                 .collect();
-            (tool_layers(policy, &catalog, &host), descriptions)
+            let poisoned = poisoned_definitions(policy, &runtime, &servers);
+            (tool_layers(policy, &catalog, &host), descriptions, poisoned)
         }
-        Err(_) => (Vec::new(), Default::default()),
+        Err(_) => (Vec::new(), Default::default(), Vec::new()),
     };
     let mut own_files = Vec::new();
     if origin != crate::policy::DEFAULT_POLICY_NAME {
@@ -256,6 +257,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     let around = Surroundings {
         refused: loaded.as_ref().err().cloned(),
         descriptions,
+        poisoned,
         own_files,
         hard_links: Some(crate::checkup::links::hard_links),
     };
@@ -283,6 +285,45 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     Ok(u8::from(report.fails(threshold)))
 }
 
+/// The third-party definitions of `policy`'s plugins and servers that address
+/// the model, and that the policy neither replaces nor denies (WL111).
+fn poisoned_definitions(
+    policy: &Policy,
+    runtime: &ComponentRuntime,
+    servers: &ServerPool,
+) -> Vec<(&'static str, String, String, crate::policy::lint::Poisoned)> {
+    use crate::policy::{PluginKind, PluginSource};
+    let mut out = Vec::new();
+    let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::wasm::ToolDef| {
+        let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { return };
+        let entry = policy.tools.get(&name);
+        if entry.is_some_and(|t| t.tier == Tier::Deny)
+            || (p.in_description && entry.is_some_and(|t| t.description.is_some()))
+        {
+            return;
+        }
+        out.push((section, owner.to_string(), name, p));
+    };
+    for p in policy.plugins.values() {
+        if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
+            continue;
+        }
+        let Ok(loaded) = runtime.load(p) else { continue };
+        for def in &loaded.tools {
+            // Only the tools the policy offers reach the model.
+            if policy.tools.get(&def.name).is_some_and(|t| t.plugin() == Some(p.name.as_str())) {
+                judge("plugins", &p.name, def.name.clone(), def);
+            }
+        }
+    }
+    for s in policy.servers.values() {
+        for def in servers.definitions(s).unwrap_or_default() {
+            judge("servers", &s.name, s.tool_spec(&def.name).name, &def);
+        }
+    }
+    out
+}
+
 /// The catalog of `policy` as the executor would build it, and the servers it started.
 fn catalog_of(policy: &Policy, runtime: &ComponentRuntime) -> (Catalog, ServerPool) {
     let servers = ServerPool::new(crate::runtime::process::default_helper(), policy);
@@ -290,8 +331,8 @@ fn catalog_of(policy: &Policy, runtime: &ComponentRuntime) -> (Catalog, ServerPo
     (Catalog::build_all(policy, runtime, &servers, &pins), servers)
 }
 
-/// `warden lock [--check]`.
-fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
+/// `warden lock [--check | --show TOOL]`.
+fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
     use crate::lock::{Lock, Owner};
     use crate::policy::{PluginKind, PluginSource};
     let ctx = context(cli)?;
@@ -305,15 +346,17 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
     };
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
     let mut new = Lock::new();
-    // What each definition says, to show what is being accepted.
-    let mut said: BTreeMap<String, String> = BTreeMap::new();
+    // Every definition, by the line `changes` names it with: its owner, the name the catalog offers, the definition.
+    let mut found: BTreeMap<String, (Owner<'_>, String, crate::runtime::wasm::ToolDef)> = BTreeMap::new();
     for p in policy.plugins.values() {
         if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
             continue;
         }
         let loaded = runtime.load(p).map_err(|e| fail(1, format!("cannot lock: {}", e.message)))?;
         new.insert(Owner::Plugin(&p.name), &loaded.tools);
-        said.extend(loaded.tools.iter().map(|t| (format!("plugin {}: {}", p.name, t.name), t.description.clone())));
+        for t in &loaded.tools {
+            found.insert(format!("plugin {}: {}", p.name, t.name), (Owner::Plugin(&p.name), t.name.clone(), t.clone()));
+        }
     }
     let servers = ServerPool::new(crate::runtime::process::default_helper(), &policy);
     for s in policy.servers.values() {
@@ -321,7 +364,10 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
             fail(1, format!("cannot lock: server {}: {}", s.name, crate::shape::sanitize_str(&e.message)))
         })?;
         new.insert(Owner::Server(&s.name), &defs);
-        said.extend(defs.iter().map(|t| (format!("server {}: {}", s.name, t.name), t.description.clone())));
+        for t in &defs {
+            let owner = Owner::Server(&s.name);
+            found.insert(format!("server {}: {}", s.name, t.name), (owner, owner.tool_name(&t.name), t.clone()));
+        }
     }
     let old = match Pins::load(Some(&path)) {
         Pins::Loaded(_, lock) => Some(lock),
@@ -331,19 +377,72 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
         }
         Pins::Missing(_) | Pins::Unchecked => None,
     };
+    if let Some(tool) = show {
+        let Some((key, (owner, name, def))) = found.iter().find(|(_, (_, name, d))| name == tool || d.name == tool)
+        else {
+            let names: Vec<&str> = found.values().map(|(_, n, _)| n.as_str()).collect();
+            return Err(fail(
+                2,
+                format!("no plugin or server of this policy offers {tool:?} (they offer: {})", names.join(", ")),
+            ));
+        };
+        let (added, changed, _) = old.clone().unwrap_or_else(Lock::new).changes(&new);
+        let status = if added.contains(key) {
+            "new: not in warden.lock"
+        } else if changed.contains(key) {
+            "CHANGED since warden.lock was written"
+        } else {
+            "pinned in warden.lock"
+        };
+        println!("{name} ({key}): {status}");
+        show_definition(def);
+        if let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) {
+            println!("POISONING: {} (refused unless the policy replaces it; see `warden audit`, WL111)", p.why);
+        }
+        if changed.contains(key) {
+            show_change(old.as_ref().and_then(|o| o.accepted(*owner, &def.name)), def);
+        }
+        return Ok(0);
+    }
     let (added, changed, removed) = old.clone().unwrap_or_else(Lock::new).changes(&new);
     for (what, list) in [("new", &added), ("CHANGED", &changed), ("removed", &removed)] {
         for t in list {
             println!("{what:<8} {}", crate::shape::sanitize_str(t));
-            if let Some(d) = said.get(t) {
-                let shown: String = crate::shape::sanitize_str(d).chars().take(400).collect();
-                let more = if d.chars().count() > 400 { "…" } else { "" };
+            let Some((owner, _, def)) = found.get(t) else { continue };
+            if what == "CHANGED" {
+                show_change(old.as_ref().and_then(|o| o.accepted(*owner, &def.name)), def);
+            } else {
+                let shown: String = crate::shape::sanitize_str(&def.description).chars().take(400).collect();
+                let more = if def.description.chars().count() > 400 { "…" } else { "" };
                 println!("         description: {shown:?}{more}");
             }
         }
     }
+    // Definitions that address the model are never accepted silently (issue 19).
+    let mut poisoned = Vec::new();
+    for (key, (_, name, def)) in &found {
+        let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };
+        let entry = policy.tools.get(name);
+        if entry.is_some_and(|t| t.tier == Tier::Deny)
+            || (p.in_description && entry.is_some_and(|t| t.description.is_some()))
+        {
+            continue;
+        }
+        poisoned.push(format!("{key}: {} (tool poisoning)", p.why));
+    }
+    if !poisoned.is_empty() {
+        for p in &poisoned {
+            println!("REFUSED  {}", crate::shape::sanitize_str(p));
+        }
+        println!(
+            "{} not written: read each with `warden lock --show TOOL`; replace a poisoned description with the \
+             policy's own ([tools.\"TOOL\"] description = \"…\") or deny the tool (tier = \"deny\")",
+            path.display()
+        );
+        return Ok(1);
+    }
     let tools: usize = new.plugins.values().chain(new.servers.values()).map(|t| t.len()).sum();
-    let up_to_date = old.as_ref() == Some(&new);
+    let up_to_date = old.as_ref().is_some_and(|o| o.same_pins(&new));
     if check {
         if up_to_date {
             println!("{} is up to date: {tools} tool definition(s)", path.display());
@@ -366,6 +465,63 @@ fn lock(cli: &Cli, check: bool) -> Result<u8, Failure> {
         if up_to_date { " (unchanged)" } else { "" }
     );
     Ok(0)
+}
+
+/// `text` with control and invisible characters shown as `\u{…}` escapes, the rest as it is.
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            let hidden = c.is_control()
+                || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{E0000}'..='\u{E007F}');
+            if hidden { c.escape_unicode().to_string() } else { c.to_string() }
+        })
+        .collect()
+}
+
+/// The input schema as indented JSON (as given when it is not JSON).
+fn pretty_schema(text: &str) -> String {
+    serde_json::from_str::<Value>(text)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| text.to_string())
+}
+
+/// A definition, for a person to read: control and invisible characters shown escaped.
+fn show_definition(def: &crate::runtime::wasm::ToolDef) {
+    println!("description: {:?}", def.description);
+    println!("input schema:");
+    for line in pretty_schema(&def.input_schema).lines() {
+        println!("  {}", shown(line));
+    }
+}
+
+/// What changed in a definition since it was accepted: a line diff of its
+/// description and of its indented input schema.
+fn show_change(old: Option<&crate::lock::Accepted>, def: &crate::runtime::wasm::ToolDef) {
+    let Some(old) = old else {
+        println!("         (warden.lock keeps no text of the accepted definition: written by an older warden)");
+        println!("         description now: {:?}", def.description);
+        return;
+    };
+    let parts = [
+        ("description", old.description.clone(), def.description.clone()),
+        ("input schema", pretty_schema(&old.input_schema), pretty_schema(&def.input_schema)),
+    ];
+    for (what, before, after) in parts {
+        if before == after {
+            println!("         {what}: unchanged");
+            continue;
+        }
+        println!("         {what}:");
+        let (before, after) = (format!("{before}\n"), format!("{after}\n"));
+        for change in similar::TextDiff::from_lines(&before, &after).iter_all_changes() {
+            let sign = match change.tag() {
+                similar::ChangeTag::Delete => "-",
+                similar::ChangeTag::Insert => "+",
+                similar::ChangeTag::Equal => " ",
+            };
+            println!("           {sign} {}", shown(change.value().trim_end_matches('\n')));
+        }
+    }
 }
 
 /// Writes `path` through a temporary file in the same directory, fsynced, then renamed.
