@@ -317,6 +317,46 @@ fn exec_answers_openai_and_anthropic_shapes_in_order() {
     assert_eq!(r.code, 3);
 }
 
+/// Issue 19: a whole Chat Completions response, a Responses API
+/// `function_call` item and a whole Responses API response.
+#[test]
+fn exec_answers_chat_completions_responses_and_responses_api_items() {
+    let env = Env::new();
+    env.write("a.txt", "A");
+    let completion = json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [
+        {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}
+        ]}}
+    ]});
+    let r = env.run_with_stdin(&["exec"], Some(&completion.to_string()));
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = r.json();
+    assert_eq!(out[0]["role"], "tool");
+    assert_eq!(out[0]["tool_call_id"], "call_9");
+    assert!(out[0]["content"].as_str().unwrap().contains("\"A\""));
+
+    let item = json!({"type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "read_file",
+                      "arguments": "{\"path\":\"a.txt\"}"});
+    let r = env.run_with_stdin(&["exec"], Some(&item.to_string()));
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = r.json();
+    assert_eq!((out["type"].as_str(), out["call_id"].as_str()), (Some("function_call_output"), Some("call_r1")));
+    let doc: Value = serde_json::from_str(out["output"].as_str().unwrap()).unwrap();
+    assert_eq!(doc["result"]["content"], "A");
+
+    let response = json!({"id": "resp_1", "object": "response", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "id": "fc_2", "call_id": "call_r2", "name": "read_file", "arguments": "{\"path\":\"a.txt\"}"},
+        {"type": "function_call", "id": "fc_3", "call_id": "call_r3", "name": "no_such_tool", "arguments": "{}"},
+    ]});
+    let r = env.run_with_stdin(&["exec"], Some(&response.to_string()));
+    let out = r.json();
+    let ids: Vec<&str> = out.as_array().unwrap().iter().map(|m| m["call_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["call_r2", "call_r3"]);
+    assert!(out[1]["output"].as_str().unwrap().contains("NOT_FOUND"));
+    assert_eq!(r.code, 2);
+}
+
 #[test]
 fn list_is_sorted_and_hides_denied_tools() {
     let env = Env::new();

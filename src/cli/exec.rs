@@ -7,6 +7,9 @@
 //! | OpenAI assistant message with `tool_calls`         | an array of those, in order                 |
 //! | Anthropic `tool_use` block                         | a `tool_result` block                        |
 //! | Anthropic assistant message with `content` blocks  | `{"role":"user","content":[tool_result…]}`   |
+//! | OpenAI Chat Completions response (`chat.completion`) | the tool messages of its first choice, in order |
+//! | OpenAI Responses API `function_call` item          | a `function_call_output` item                |
+//! | OpenAI Responses API response (`response`)         | an array of `function_call_output` items     |
 //! | an array of OpenAI items or Anthropic blocks       | an array of the matching results            |
 //!
 //! The `content` of each result is the call's result document as JSON text.
@@ -24,6 +27,8 @@ pub(super) const MAX_CALLS: usize = 64;
 enum Shape {
     OpenAi,
     Anthropic,
+    /// The OpenAI Responses API.
+    Responses,
 }
 
 struct Parsed {
@@ -39,25 +44,45 @@ fn parse_item(v: &Value) -> Result<Option<Parsed>, String> {
         let input = v.get("input").cloned().unwrap_or_else(|| json!({}));
         return Ok(Some(Parsed { shape: Shape::Anthropic, id: id.into(), call: ToolCall::new(name, input) }));
     }
+    if v.get("type").and_then(Value::as_str) == Some("function_call") {
+        let id = v.get("call_id").and_then(Value::as_str).ok_or("a function_call item needs a string `call_id`")?;
+        let name = v.get("name").and_then(Value::as_str).ok_or("a function_call item needs a string `name`")?;
+        return Ok(Some(Parsed {
+            shape: Shape::Responses,
+            id: id.into(),
+            call: with_arguments(name, v.get("arguments")),
+        }));
+    }
     if let Some(f) = v.get("function") {
         let id = v.get("id").and_then(Value::as_str).ok_or("a tool_calls item needs a string `id`")?;
         let name = f.get("name").and_then(Value::as_str).ok_or("`function.name` must be a string")?;
-        let mut call = ToolCall::new(name, json!({}));
-        match f.get("arguments") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s.trim().is_empty() => {}
-            Some(Value::String(s)) => match serde_json::from_str(s) {
-                Ok(a) => call.args = a,
-                Err(e) => call.input_error = Some(format!("`arguments` is not valid JSON: {e}")),
-            },
-            Some(other) => call.args = other.clone(),
-        }
-        return Ok(Some(Parsed { shape: Shape::OpenAi, id: id.into(), call }));
+        return Ok(Some(Parsed {
+            shape: Shape::OpenAi,
+            id: id.into(),
+            call: with_arguments(name, f.get("arguments")),
+        }));
     }
     if v.get("type").and_then(Value::as_str).is_some() {
         return Ok(None); // a text or thinking block beside the tool calls
     }
-    Err("not a tool call: expected an OpenAI tool_calls item (with `function`) or an Anthropic tool_use block".into())
+    Err("not a tool call: expected an OpenAI tool_calls item (with `function`), a Responses API function_call \
+         item, or an Anthropic tool_use block"
+        .into())
+}
+
+/// A call of `name` with OpenAI's `arguments` (a JSON text, or an object).
+fn with_arguments(name: &str, arguments: Option<&Value>) -> ToolCall {
+    let mut call = ToolCall::new(name, json!({}));
+    match arguments {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.trim().is_empty() => {}
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(a) => call.args = a,
+            Err(e) => call.input_error = Some(format!("`arguments` is not valid JSON: {e}")),
+        },
+        Some(other) => call.args = other.clone(),
+    }
+    call
 }
 
 fn result_message(p: &Parsed, doc: &Value, ok: bool) -> Value {
@@ -65,6 +90,7 @@ fn result_message(p: &Parsed, doc: &Value, ok: bool) -> Value {
     match p.shape {
         Shape::OpenAi => json!({"role": "tool", "tool_call_id": p.id, "content": content}),
         Shape::Anthropic => json!({"type": "tool_result", "tool_use_id": p.id, "content": content, "is_error": !ok}),
+        Shape::Responses => json!({"type": "function_call_output", "call_id": p.id, "output": content}),
     }
 }
 
@@ -77,8 +103,20 @@ enum Wrap {
 
 /// The tool calls in `doc`, in order, and how to wrap their results.
 fn parse(doc: &Value) -> Result<(Vec<Parsed>, Wrap), String> {
+    // A whole Chat Completions response: the message of its first choice.
+    let doc = match doc.get("object").and_then(Value::as_str) {
+        Some("chat.completion") => {
+            doc.pointer("/choices/0/message").ok_or("a chat.completion response needs `choices[0].message`")?
+        }
+        _ => doc,
+    };
     let (items, wrap): (Vec<&Value>, Wrap) = if let Some(calls) = doc.get("tool_calls").and_then(Value::as_array) {
         (calls.iter().collect(), Wrap::Array)
+    } else if let (Some("response"), Some(output)) =
+        (doc.get("object").and_then(Value::as_str), doc.get("output").and_then(Value::as_array))
+    {
+        // A whole Responses API response: its function_call items (reasoning and messages beside them are skipped).
+        (output.iter().collect(), Wrap::Array)
     } else if let (Some("assistant"), Some(blocks)) =
         (doc.get("role").and_then(Value::as_str), doc.get("content").and_then(Value::as_array))
     {
