@@ -535,3 +535,99 @@ fn exit_status_reports_signals_and_stream_copies_output_cleaned() {
     let doc: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(doc["result"]["exit_code"], 4);
 }
+
+/// Issue 19: `policies/ci.toml`'s `test` tool, as shipped, runs real test
+/// runners in a CI step: `python3 -m unittest` (a failure fails the step with
+/// `--exit-status`), `npm test` with node's own runner, and `cargo test
+/// --offline` where this user has a toolchain.
+#[test]
+fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
+    let started = Instant::now();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/ci.toml");
+    let (env, owner) = workspace(Owner::Invoker, |ws| {
+        std::fs::write(
+            ws.join("test_unit.py"),
+            "import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        self.assertEqual(1 + 1, 2)\n\n    def test_fails(self):\n        self.assertEqual('warden', 'gate')\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(ws.join("js")).unwrap();
+        std::fs::write(
+            ws.join("js/package.json"),
+            r#"{"name":"t","version":"1.0.0","scripts":{"test":"node --test"}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            ws.join("js/add.test.js"),
+            "const test = require('node:test');\nconst assert = require('node:assert');\ntest('adds', () => assert.strictEqual(1 + 1, 2));\n",
+        )
+        .unwrap();
+    });
+    // As a CI job runs it: with the runner's own HOME (its toolchains live there).
+    let run = |command: &str| {
+        let args = json!({ "command": command }).to_string();
+        let mut c = env.command(&["--policy", policy.to_str().unwrap(), "call", "--exit-status", "test", &args]);
+        if let Some(home) = std::env::var_os("HOME") {
+            c.env("HOME", home);
+        }
+        let out = c.output().unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    let shape = Shape { read: &[], env: &[], limits: "policies/ci.toml as shipped" };
+    let r = run("python3 -m unittest -q test_unit 2>&1");
+    let s = said(&r);
+    let unittest = r.code == 1 && s.exit == Some(1) && s.stdout.contains("FAILED (failures=1)");
+    record(
+        "python3 -m unittest (ci.toml, 1 failing)",
+        if unittest { "yes" } else { "no" },
+        &shape,
+        owner,
+        &format!("warden exit {}, {}", r.code, tail(&s.stdout, 120)),
+        started,
+    );
+    assert!(unittest, "{r:?}");
+
+    if which("npm").is_some() {
+        let r = run("cd js && npm test 2>&1");
+        let s = said(&r);
+        let npm = r.code == 0 && s.stdout.contains("pass 1");
+        record(
+            "npm test (node --test, ci.toml)",
+            if npm { "yes" } else { "no" },
+            &shape,
+            owner,
+            &format!("warden exit {}, {}", r.code, tail(&s.stdout, 200)),
+            started,
+        );
+        assert!(npm, "{r:?}");
+    }
+    if let Some((cargo_home, _)) =
+        rust_homes().filter(|(c, _)| c.starts_with(std::env::var("HOME").unwrap_or_default()))
+    {
+        std::fs::create_dir_all(env.ws.join("tiny/src")).unwrap();
+        std::fs::write(
+            env.ws.join("tiny/Cargo.toml"),
+            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        )
+        .unwrap();
+        std::fs::write(env.ws.join("tiny/src/lib.rs"), "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n").unwrap();
+        let r = run(&format!(
+            "cd tiny && {}/bin/cargo test --offline -j 16 2>&1 | grep 'test result'",
+            cargo_home.display()
+        ));
+        let s = said(&r);
+        let cargo = r.code == 0 && s.stdout.contains("test result: ok. 1 passed");
+        record(
+            "cargo test --offline -j 16 (ci.toml)",
+            if cargo { "yes" } else { "no" },
+            &shape,
+            owner,
+            &format!("warden exit {}, {}", r.code, tail(&s.stdout, 200)),
+            started,
+        );
+        assert!(cargo, "{r:?}");
+    }
+}
