@@ -973,3 +973,34 @@ fn servers_start_on_first_use_and_say_why_they_cannot() {
     assert!(mark.exists(), "list starts every server: {r:?}");
     assert!(r.stdout.contains("probe__*") && r.stdout.contains("UNAVAILABLE"), "{}", r.stdout);
 }
+
+/// Issue 19: as root, a tool runs as the workspace's owner; a program under a
+/// root-only directory (a root-owned checkout or home) fails to start, and the
+/// error says so rather than pointing at fs.read, which grants it.
+#[test]
+fn a_program_the_workspace_owner_cannot_reach_is_named() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: only root runs a tool as the workspace's owner");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    std::fs::set_permissions(env.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = env.root.path().join("checkout");
+    std::fs::create_dir_all(private.join("bin")).unwrap();
+    std::fs::copy("/bin/true", private.join("bin/tool")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = std::process::Command::new("chown").args(["-R", "65534:65534"]).arg(&env.ws).output().unwrap();
+    assert!(out.status.success());
+    let text = format!(
+        "version = 1\n[tools.run]\nexec = [\"{}\"]\ntier = \"auto\"\nfs.read = [\"{{system}}\", \"{{workspace}}\", \"{}\"]\n",
+        private.join("bin/tool").display(),
+        private.display()
+    );
+    let policy = env.root.path().join("policy.toml");
+    std::fs::write(&policy, text).unwrap();
+    let r = env.run(&["--policy", policy.to_str().unwrap(), "call", "run", "{}"]);
+    let msg = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("uid 65534") && msg.contains("the workspace's owner"), "{r:?}");
+    assert!(msg.contains(&private.display().to_string()) && msg.contains("may not pass"), "{msg}");
+}

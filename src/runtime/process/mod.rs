@@ -385,9 +385,19 @@ impl ProcessRuntime {
             let hint = if report.exec_failed {
                 let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
                 let program = exec.argv.first().map(std::path::Path::new);
-                match program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))) {
-                    Some(h) => format!(" ({h})"),
-                    None => " (is the program's directory in fs.read?)".to_string(),
+                let gid = nix::unistd::getegid().as_raw();
+                let unreachable = program.and_then(|p| program::unreachable_for(p, report.uid, gid));
+                match (program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))), unreachable) {
+                    (Some(h), _) => format!(" ({h})"),
+                    (None, Some((path, why))) => format!(
+                        " (it runs as uid {} (the workspace's owner, since warden runs as root), and {}: {why}; \
+                         give the workspace to the user who may run the program, or make {} reachable to uid {})",
+                        report.uid,
+                        path.display(),
+                        path.display(),
+                        report.uid
+                    ),
+                    (None, None) => " (is the program's directory in fs.read?)".to_string(),
                 }
             } else {
                 String::new()

@@ -66,6 +66,40 @@ pub fn hint(program: &Path, granted: &[PathBuf], owner: &str) -> Option<String> 
     ))
 }
 
+/// The first directory on the way to `program` (or the program itself) that
+/// `uid` (with group `gid`) may not pass: as root, warden runs a tool as the
+/// workspace's owner, who may not reach a program under a root-owned checkout
+/// or home (issue 19: the hint named fs.read, which was not the cause).
+pub fn unreachable_for(program: &Path, uid: u32, gid: u32) -> Option<(PathBuf, String)> {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return None;
+    }
+    let mut at = PathBuf::from("/");
+    let parts: Vec<_> = program.components().skip(1).collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let Ok(meta) = std::fs::metadata(&at) else { return None };
+        let last = i + 1 == parts.len();
+        // A directory needs search (x); the program itself needs x (and r for a script, not checked).
+        let bit = if meta.uid() == uid {
+            0o100
+        } else if meta.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        if meta.mode() & bit == 0 {
+            let what = if last { "execute" } else { "pass" };
+            return Some((
+                at.clone(),
+                format!("uid {uid} may not {what} it (mode {:o}, owner uid {})", meta.mode() & 0o7777, meta.uid()),
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -87,6 +121,24 @@ mod tests {
         assert!(ungranted(&venv.join("python"), &[root.path().to_path_buf()]).is_none());
         let h = hint(&venv.join("python"), &granted, "[servers.notes]").unwrap();
         assert!(h.contains("fs.read grant of [servers.notes]") && h.contains("base/bin"), "{h}");
+    }
+
+    #[test]
+    fn a_directory_the_uid_cannot_pass_is_named() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = root.path().join("private");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tool"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(dir.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let owner = std::fs::metadata(&dir).unwrap().uid();
+        let other = if owner == 65534 { 65533 } else { 65534 };
+        let (path, why) = unreachable_for(&dir.join("tool"), other, 65534).unwrap();
+        assert_eq!(path, dir);
+        assert!(why.contains("may not pass") && why.contains("700"), "{why}");
+        assert!(unreachable_for(&dir.join("tool"), owner, 0).is_none() || owner == 0);
     }
 
     #[test]
