@@ -51,6 +51,9 @@ pub struct Entry {
     pub spec: ToolSpec,
     /// Ready, or why not.
     pub state: Result<ReadyTool, CallError>,
+    /// The definition a refused tool has now (its plugin's or server's), for
+    /// review: `warden list --json` shows it (issue 19).
+    pub refused_definition: Option<ToolDef>,
 }
 
 /// Every tool of the policy, by name.
@@ -86,7 +89,7 @@ impl Catalog {
         let found = Found { policy, runtime, servers, pins };
         let mut entries = BTreeMap::new();
         for spec in policy.tools.values().filter(|s| !matches!(s.runner, Runner::Server(_))) {
-            add(&mut entries, spec.clone(), found.ready(spec));
+            add(&found, &mut entries, spec.clone(), found.ready(spec));
         }
         let servers = policy.servers.keys().map(|name| (name.clone(), OnceLock::new())).collect();
         Catalog { entries, servers }
@@ -182,14 +185,16 @@ impl ReadyTool {
     }
 }
 
-/// Adds a tool to `entries`, its error cleaned.
-fn add(entries: &mut BTreeMap<String, Entry>, spec: ToolSpec, state: Result<ReadyTool, CallError>) {
+/// Adds a tool to `entries`, its error cleaned, with the definition a refused one has now.
+fn add(found: &Found<'_>, entries: &mut BTreeMap<String, Entry>, spec: ToolSpec, state: Result<ReadyTool, CallError>) {
     // Errors can quote what a plugin or server said: no terminal escapes.
     let state = state.map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
+    let mut refused_definition = None;
     if let Err(e) = &state {
         tracing::warn!(tool = %spec.name, "tool unavailable: {}", e.message);
+        refused_definition = found.definition(&spec);
     }
-    entries.insert(spec.name.clone(), Entry { spec, state });
+    entries.insert(spec.name.clone(), Entry { spec, state, refused_definition });
 }
 
 /// What the catalog finds tools with.
@@ -201,13 +206,29 @@ pub(crate) struct Found<'a> {
 }
 
 impl Found<'_> {
+    /// The definition `spec`'s plugin or server gives now, if it can be had
+    /// without starting anything new (plugins are loaded, servers asked once).
+    fn definition(&self, spec: &ToolSpec) -> Option<ToolDef> {
+        match &spec.runner {
+            Runner::Plugin(p) => {
+                let plugin = self.runtime.load(self.policy.plugins.get(p)?).ok()?;
+                plugin.tools.iter().find(|t| t.name == spec.name).cloned()
+            }
+            Runner::Server(st) if st.tool != "*" => {
+                let defs = self.servers.definitions(self.policy.servers.get(&st.server)?).ok()?;
+                defs.into_iter().find(|t| t.name == st.tool)
+            }
+            Runner::Server(_) | Runner::Process(_) | Runner::Command(_) => None,
+        }
+    }
+
     /// The tools of `server`: the policy's `[tools."NAME__TOOL"]` entries and
     /// every other tool it lists (starting it), or one unavailable `NAME__*`.
     fn server_entries(&self, server: &crate::policy::ServerSpec) -> BTreeMap<String, Entry> {
         let mut entries = BTreeMap::new();
         let own = |s: &&ToolSpec| matches!(&s.runner, Runner::Server(st) if st.server == server.name);
         for spec in self.policy.tools.values().filter(own) {
-            add(&mut entries, spec.clone(), self.ready(spec));
+            add(self, &mut entries, spec.clone(), self.ready(spec));
         }
         match self.servers.definitions(server) {
             Ok(defs) => {
@@ -215,13 +236,13 @@ impl Found<'_> {
                     let spec = server.tool_spec(&def.name);
                     if !self.policy.tools.contains_key(&spec.name) {
                         let state = self.ready(&spec);
-                        add(&mut entries, spec, state);
+                        add(self, &mut entries, spec, state);
                     }
                 }
             }
             Err(e) => {
                 let why = CallError::new(e.code, format!("server {} is unavailable: {}", server.name, e.message));
-                add(&mut entries, server.tool_spec("*"), Err(why));
+                add(self, &mut entries, server.tool_spec("*"), Err(why));
             }
         }
         entries

@@ -791,7 +791,15 @@ fn list(catalog: &Catalog, as_json: bool) {
                         o["description"] = json!(r.description);
                         o["input_schema"] = r.schema.clone();
                     }
-                    Err(err) => o["unavailable"] = json!(err.message),
+                    Err(err) => {
+                        o["unavailable"] = json!(err.message);
+                        // What the refused tool says now, to review before accepting it.
+                        if let Some(def) = &e.refused_definition {
+                            let schema = serde_json::from_str::<Value>(&def.input_schema)
+                                .unwrap_or_else(|_| json!(def.input_schema));
+                            o["refused_definition"] = json!({"description": def.description, "input_schema": schema});
+                        }
+                    }
                 }
                 o
             })
