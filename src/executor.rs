@@ -465,7 +465,7 @@ impl Executor {
                 CallError::new(ErrorCode::Internal, format!("{name}: server {} is not declared", st.server))
             })?;
             trace.sandbox = self.servers.sandbox(&st.server);
-            let run = self.servers.call(server, &st.tool, &call.args, &hooks.cancel);
+            let run = self.servers.call(server, &st.tool, &call.args, &hooks.cancel, hooks.tap.as_ref());
             trace.network = self.servers.network(&st.server);
             let (RunOutput { value, usage, .. }, sandbox) = run?;
             trace.sandbox = Some(sandbox);

@@ -260,6 +260,17 @@ def test_a_poisoned_server_description_is_refused_at_load_lock_and_audit(notes):
     assert cli(notes, "lock").returncode == 0
 
 
+def test_stream_shows_a_servers_progress_as_it_comes(notes):
+    out = cli(notes, "call", "--stream", "notes__progress", json.dumps({"steps": 3}))
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "success" and doc["result"]["content"][0]["text"] == "done", doc
+    for i in (1, 2, 3):
+        assert f"[notes__progress] progress {i}/3: step {i}" in out.stderr, out.stderr
+    # Without --stream nothing is asked for and nothing is shown.
+    doc, out = call(notes, "notes__progress", {"steps": 2})
+    assert doc["status"] == "success" and "progress" not in out.stderr, out.stderr
+
+
 def test_a_server_that_cannot_start_says_why(notes):
     notes.policy.write_text(notes.policy.read_text().replace(str(SERVER), "/nonexistent/server.py"))
     listed = cli(notes, "list")

@@ -62,6 +62,14 @@ async def sleep(seconds: float) -> str:
     return "slept"
 
 
+@server.tool(description="Report progress in steps, then say done.")
+async def progress(steps: int, ctx: Context) -> str:
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i}")
+        await anyio.sleep(0.05)
+    return "done"
+
+
 @server.tool(description="The server's process id.")
 def pid() -> int:
     return os.getpid()

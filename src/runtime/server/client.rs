@@ -40,12 +40,21 @@ enum Reply {
 }
 
 type Pending = Arc<Mutex<HashMap<u64, SyncSender<Reply>>>>;
+/// Where a request's `notifications/progress` go, by its progress token (its id).
+type Progress = Arc<Mutex<HashMap<u64, SyncSender<Value>>>>;
+
+/// Who sees a request's progress, and where its notifications wait.
+type Watch<'a> = (&'a dyn Fn(&Value), &'a std::sync::mpsc::Receiver<Value>);
+
+/// Progress notifications kept for one request between two looks (more are dropped).
+const MAX_PROGRESS_QUEUED: usize = 64;
 
 /// One live connection to a server process.
 pub struct Connection {
     name: String,
     writer: Mutex<UnixStream>,
     pending: Pending,
+    progress: Progress,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
     ended: Arc<Mutex<Option<String>>>,
@@ -74,6 +83,7 @@ impl Connection {
         };
         let _ = stdin.set_write_timeout(Some(WRITE_TIMEOUT));
         let pending: Pending = Arc::default();
+        let progress: Progress = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let ended = Arc::new(Mutex::new(None));
         let tail = Arc::new(Mutex::new(Vec::new()));
@@ -91,10 +101,11 @@ impl Connection {
         {
             let (name, pending, alive, ended, tail, process) =
                 (name.to_string(), pending.clone(), alive.clone(), ended.clone(), tail.clone(), process.clone());
+            let progress = progress.clone();
             std::thread::Builder::new()
                 .name(format!("warden-{name}-stdout"))
                 .spawn(move || {
-                    let why = read_messages(stdout, replies, &pending);
+                    let why = read_messages(stdout, replies, &pending, &progress);
                     alive.store(false, Ordering::SeqCst);
                     let status = lock(&process).stop();
                     let said = String::from_utf8_lossy(&lock(&tail)).trim().to_string();
@@ -109,6 +120,7 @@ impl Connection {
             name: name.to_string(),
             writer: Mutex::new(stdin),
             pending,
+            progress,
             next_id: AtomicU64::new(1),
             alive,
             ended,
@@ -166,7 +178,42 @@ impl Connection {
     /// Sends a request and waits for its result, at most `timeout`, or until `cancel`.
     /// A request that times out or is cancelled is cancelled at the server too.
     pub fn request(&self, method: &str, params: Value, timeout: Duration, cancel: &Cancel) -> Result<Value, CallError> {
+        self.request_with_progress(method, params, timeout, cancel, None)
+    }
+
+    /// [`Connection::request`], asking for progress (a `progressToken`) when
+    /// `on_progress` is given: it sees each `notifications/progress` params.
+    pub fn request_with_progress(
+        &self,
+        method: &str,
+        mut params: Value,
+        timeout: Duration,
+        cancel: &Cancel,
+        on_progress: Option<&dyn Fn(&Value)>,
+    ) -> Result<Value, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let progress = on_progress.map(|f| {
+            let (tx, rx) = sync_channel(MAX_PROGRESS_QUEUED);
+            lock(&self.progress).insert(id, tx);
+            if let Some(p) = params.as_object_mut() {
+                p.insert("_meta".into(), json!({"progressToken": id}));
+            }
+            (f, rx)
+        });
+        let result = self.exchange(id, method, params, timeout, cancel, progress.as_ref().map(|(f, rx)| (*f, rx)));
+        lock(&self.progress).remove(&id);
+        result
+    }
+
+    fn exchange(
+        &self,
+        id: u64,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        cancel: &Cancel,
+        progress: Option<Watch<'_>>,
+    ) -> Result<Value, CallError> {
         let (tx, rx) = sync_channel(1);
         lock(&self.pending).insert(id, tx);
         if !self.is_alive() {
@@ -191,6 +238,11 @@ impl Connection {
                 lock(&self.pending).remove(&id);
                 let _ = self.notify("notifications/cancelled", json!({"requestId": id, "reason": why}));
                 return Err(CallError::new(code, format!("server {}: {why}", self.name)));
+            }
+            if let Some((show, queued)) = progress {
+                while let Ok(p) = queued.try_recv() {
+                    show(&p);
+                }
             }
             match rx.recv_timeout(POLL.min(deadline - now)) {
                 Ok(Reply::Result(v)) => return Ok(v),
@@ -227,7 +279,7 @@ impl Drop for Connection {
 
 /// Reads the server's messages until its stdout ends or it breaks the protocol;
 /// returns what happened, for the message.
-fn read_messages(stdout: impl Read, mut replies: UnixStream, pending: &Pending) -> String {
+fn read_messages(stdout: impl Read, mut replies: UnixStream, pending: &Pending, progress: &Progress) -> String {
     let mut reader = BufReader::with_capacity(64 << 10, stdout);
     let mut line = Vec::new();
     loop {
@@ -261,7 +313,16 @@ fn read_messages(stdout: impl Read, mut replies: UnixStream, pending: &Pending) 
                 out.push('\n');
                 let _ = replies.write_all(out.as_bytes());
             }
-            (Some(_), None) => {} // a notification
+            // Progress of a request that asked for it; other notifications are dropped.
+            (Some("notifications/progress"), None) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                if let Some(token) = params.get("progressToken").and_then(Value::as_u64)
+                    && let Some(tx) = lock(progress).get(&token)
+                {
+                    let _ = tx.try_send(params);
+                }
+            }
+            (Some(_), None) => {}
             (None, Some(id)) => {
                 let Some(id) = id.as_u64() else { continue };
                 let Some(tx) = lock(pending).remove(&id) else { continue };

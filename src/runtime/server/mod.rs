@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use self::client::Connection;
 use super::process::{ProcessRuntime, program};
 use super::wasm::ToolDef;
-use super::{CallTmp, Cancel, RunOutput, SandboxReport, Usage, Walls};
+use super::{CallTmp, Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::ServerSpec;
 
@@ -153,6 +153,7 @@ impl ServerPool {
         tool: &str,
         args: &Value,
         cancel: &Cancel,
+        tap: Option<&OutputTap>,
     ) -> Result<(RunOutput, SandboxReport), CallError> {
         let (conn, sandbox) = {
             let slot = self.slot(&spec.name);
@@ -163,8 +164,16 @@ impl ServerPool {
             })?;
             (live.conn.clone(), live.sandbox.clone())
         };
-        let result =
-            conn.request("tools/call", json!({"name": tool, "arguments": args}), spec.limits.timeout, cancel)?;
+        // With a tap (`warden call --stream`), the server's progress shows as lines as it comes.
+        let name = format!("{}{}{tool}", spec.name, crate::policy::SERVER_TOOL_SEPARATOR);
+        let show = |p: &Value| {
+            if let Some(tap) = tap {
+                tap(Stream::Stderr, progress_line(&name, p).as_bytes());
+            }
+        };
+        let params = json!({"name": tool, "arguments": args});
+        let on_progress: Option<&dyn Fn(&Value)> = if tap.is_some() { Some(&show) } else { None };
+        let result = conn.request_with_progress("tools/call", params, spec.limits.timeout, cancel, on_progress)?;
         let output_bytes = result.to_string().len() as u64;
         let usage = Usage { output_bytes, ..Usage::default() };
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
@@ -262,6 +271,21 @@ impl ServerPool {
         })?;
         Ok((Live { conn, sandbox, journal, _tmp: tmp }, tools))
     }
+}
+
+/// One progress notification as a line: `[TOOL] progress 3/10: message`.
+fn progress_line(tool: &str, p: &Value) -> String {
+    let number = |k: &str| p.get(k).and_then(Value::as_f64).map(|n| format!("{n}"));
+    let mut line = format!("[{tool}] progress {}", number("progress").unwrap_or_else(|| "?".into()));
+    if let Some(total) = number("total") {
+        line.push_str(&format!("/{total}"));
+    }
+    if let Some(m) = p.get("message").and_then(Value::as_str) {
+        let m: String = m.chars().take(512).collect();
+        line.push_str(&format!(": {m}"));
+    }
+    line.push('\n');
+    line
 }
 
 /// Why a server did not start, said so the user can act on it (issue 19): how
