@@ -265,10 +265,7 @@ impl ServerPool {
             .recv()
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
         let conn = Arc::new(Connection::new(&spec.name, process)?);
-        let tools = handshake(&conn, &spec.name).map_err(|e| {
-            conn.stop();
-            start_failure(spec, e, &conn, program_hint)
-        })?;
+        let tools = handshake(&conn, &spec.name).map_err(|e| start_failure(spec, e, &conn, program_hint))?;
         Ok((Live { conn, sandbox, journal, _tmp: tmp }, tools))
     }
 }
@@ -292,13 +289,22 @@ fn progress_line(tool: &str, p: &Value) -> String {
 /// it ended (exit status, the end of its stderr), and, when the program could
 /// not be executed, which path is outside its `fs.read`.
 fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hint: Option<String>) -> CallError {
-    // The reader thread records how the server ended just after it stops.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut ended = conn.ended();
-    while ended.is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        ended = conn.ended();
+    // A server that ended on its own: let the reader thread record how (its exit
+    // status) before stopping it, which would turn that into SIGKILL.
+    let wait_ended = |for_: Duration| {
+        let deadline = Instant::now() + for_;
+        let mut ended = conn.ended();
+        while ended.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            ended = conn.ended();
+        }
+        ended
+    };
+    if e.code != ErrorCode::Timeout {
+        wait_ended(Duration::from_secs(2));
     }
+    conn.stop();
+    let ended = wait_ended(Duration::from_secs(2));
     let mut message = format!("server {} ({}) could not start: {}", spec.name, spec.location, e.message);
     if let Some(ended) = ended.as_deref().filter(|w| !e.message.contains(*w)) {
         message.push_str(&format!("; {ended}"));
