@@ -150,6 +150,25 @@ impl ServerProcess {
         Some((self.channel.take()?, self.stdout.take()?, self.stderr.take()?))
     }
 
+    /// Stops the server once it has ended on its own (its stdout closed):
+    /// waits up to `grace` for its own exit status, so the status is not
+    /// SIGKILL for a server that exited, then stops what is left.
+    pub fn stop_after(&mut self, grace: Duration) -> String {
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    let status = status.to_string();
+                    self.stop();
+                    return status;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break,
+            }
+        }
+        self.stop()
+    }
+
     /// Kills the whole process group and waits for the program: its exit status as text.
     pub fn stop(&mut self) -> String {
         let _ = killpg(self.pid, Signal::SIGKILL);

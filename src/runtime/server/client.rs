@@ -107,7 +107,7 @@ impl Connection {
                 .spawn(move || {
                     let why = read_messages(stdout, replies, &pending, &progress);
                     alive.store(false, Ordering::SeqCst);
-                    let status = lock(&process).stop();
+                    let status = lock(&process).stop_after(Duration::from_millis(500));
                     let said = String::from_utf8_lossy(&lock(&tail)).trim().to_string();
                     let said = if said.is_empty() { String::new() } else { format!("; its stderr ends: {said}") };
                     *lock(&ended) = Some(format!("server {name} {why} ({status}){said}"));
