@@ -45,9 +45,20 @@ pub fn ungranted(program: &Path, granted: &[PathBuf]) -> Option<(PathBuf, String
 }
 
 /// The interpreter a script names on its `#!` line.
+///
+/// The program may lie in a directory a tool can write (a virtualenv in the
+/// workspace): warden reads it on the host only when it is a regular file,
+/// opened without following a link and without blocking, so a FIFO planted
+/// there cannot hang warden.
 fn shebang(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
     let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let n = file.read(&mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next()?;
     let text = std::str::from_utf8(line).ok()?.trim();
@@ -139,6 +150,23 @@ mod tests {
         assert_eq!(path, dir);
         assert!(why.contains("may not pass") && why.contains("700"), "{why}");
         assert!(unreachable_for(&dir.join("tool"), owner, 0).is_none() || owner == 0);
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_the_program_is_not_read() {
+        let root = tempfile::tempdir().unwrap();
+        let fifo = root.path().join("python");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // Would block forever on a blocking open with no writer.
+        assert_eq!(shebang(&fifo), None);
+        assert!(ungranted(&fifo, &[root.path().to_path_buf()]).is_none());
     }
 
     #[test]
