@@ -304,7 +304,13 @@ fn node_sees_its_cpus() {
 fn ps_shows_only_the_calls_processes() {
     let started = Instant::now();
     let (env, owner) = workspace(Owner::Ordinary, |_| {});
-    let r = sh(&env, &PLAIN, "sleep 5 & ps -e -o pid=,comm=; kill $!");
+    // ps once the background child has become `sleep` (between fork and exec it is still `sh`).
+    let r = sh(
+        &env,
+        &PLAIN,
+        "sleep 5 & i=0; while [ \"$(cat /proc/$!/comm 2>/dev/null)\" != sleep ] && [ $i -lt 500 ]; do i=$((i+1)); done; \
+         ps -e -o pid=,comm=; kill $!",
+    );
     let s = said(&r);
     let rows: Vec<&str> = s.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     let names: Vec<&str> = rows.iter().filter_map(|l| l.split_whitespace().nth(1)).collect();
