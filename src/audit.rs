@@ -121,6 +121,13 @@ pub struct Record {
     /// command components): `{"exit_code": N}` or `{"signal": "SIGKILL"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<Value>,
+    /// The `--profile` the call was made under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// What the result cache did: `{"hit": true, "call_id": first call, "age_ms"}`,
+    /// `{"hit": false}`, or `{"hit": false, "bypassed": why}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -735,6 +742,8 @@ mod tests {
             sandbox: None,
             network: None,
             exit: None,
+            profile: None,
+            cache: None,
         }
     }
 

@@ -112,6 +112,10 @@ impl Catalog {
     /// The tools of server `name` (starting it when needed), if it is declared.
     fn section(&self, name: &str, found: &Found<'_>) -> Option<&BTreeMap<String, Entry>> {
         let server = found.policy.servers.get(name)?;
+        // A server none of whose tools the chosen profile offers is never started.
+        if found.policy.profile.as_ref().is_some_and(|p| !p.may_admit_server(name)) {
+            return None;
+        }
         Some(self.servers.get(name)?.get_or_init(|| found.server_entries(server)))
     }
 
@@ -156,13 +160,20 @@ impl Catalog {
             return Ok(e);
         }
         let shown: String = requested.chars().take(80).collect();
-        let mut scored: Vec<(usize, &str)> = self
-            .visible()
-            .map(|e| (distance(&requested.to_lowercase(), &e.spec.name.to_lowercase()), e.spec.name.as_str()))
-            .filter(|(d, n)| *d <= (n.len() / 3).max(2) || n.contains(requested) || requested.contains(n))
-            .collect();
-        scored.sort();
-        let names: Vec<&str> = scored.into_iter().take(3).map(|(_, n)| n).collect();
+        if let Some(profile) = &found.policy.profile
+            && let Some((server, _)) = requested.split_once(SERVER_TOOL_SEPARATOR)
+            && found.policy.servers.contains_key(server)
+            && !profile.may_admit_server(server)
+        {
+            return Err(CallError::new(
+                ErrorCode::Denied,
+                format!(
+                    "{shown}: not in profile {} ({}); add it to `tools` of [profiles.{}] to offer it to this agent",
+                    profile.name, profile.location, profile.name
+                ),
+            ));
+        }
+        let names = crate::policy::profile::closest(requested, self.visible().map(|e| e.spec.name.as_str()));
         let hint = if names.is_empty() {
             "; `warden list` shows the tools this policy offers".to_string()
         } else {
@@ -187,6 +198,11 @@ impl ReadyTool {
 
 /// Adds a tool to `entries`, its error cleaned, with the definition a refused one has now.
 fn add(found: &Found<'_>, entries: &mut BTreeMap<String, Entry>, spec: ToolSpec, state: Result<ReadyTool, CallError>) {
+    // The chosen profile hides what its agent may not use and makes some tools stricter.
+    let mut spec = spec;
+    if let Some(profile) = &found.policy.profile {
+        profile.apply(&mut spec);
+    }
     // Errors can quote what a plugin or server said: no terminal escapes.
     let state = state.map_err(|e| CallError::new(e.code, crate::shape::sanitize_str(&e.message)));
     let mut refused_definition = None;
@@ -434,23 +450,9 @@ fn compile(
     Ok(ReadyTool { plugin, description, schema, validator, path_args })
 }
 
-/// Levenshtein distance, for suggestions.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
-    use super::distance;
+    use crate::policy::profile::distance;
 
     #[test]
     fn distance_counts_edits() {

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::approval::{self, ApprovedBy, Approver, Verdict};
 use crate::audit::{AuditLog, Decision, Record};
+use crate::cache::ResultCache;
 use crate::catalog::{Catalog, Entry, Found, ReadyTool};
 use crate::error::{CallError, ErrorCode};
 use crate::lock::Pins;
@@ -106,6 +107,8 @@ pub struct CallResponse {
     pub truncated: bool,
     /// The error, on error (and `REJECTED` on rejection).
     pub error: Option<CallError>,
+    /// `{"hit": true, "call_id", "age_ms"}` when the result came from the cache.
+    pub cache: Option<Value>,
     /// Why it was rejected.
     pub reason: Option<String>,
     /// Wall time of the whole call.
@@ -123,6 +126,9 @@ impl CallResponse {
             Status::Success => {
                 o.insert("result".into(), self.result.clone().unwrap_or(Value::Null));
                 o.insert("truncated".into(), json!(self.truncated));
+                if let Some(hit) = &self.cache {
+                    o.insert("cache".into(), hit.clone());
+                }
             }
             Status::Error | Status::Cancelled => {
                 if let Some(e) = &self.error {
@@ -176,6 +182,8 @@ pub struct Executor {
     session: String,
     /// Where the policy's tools may write: no grant may pass through a link there.
     writable: Vec<std::path::PathBuf>,
+    /// Results of `cache = "…"` tools.
+    cache: ResultCache,
 }
 
 /// What the pipeline learnt about a call, for its audit record.
@@ -189,6 +197,10 @@ struct Trace {
     network: Option<Value>,
     /// How the program ended (process tools and command components).
     exit: Option<Value>,
+    /// What the result cache did: `{"hit": …}`, or why it was bypassed.
+    cache: Option<Value>,
+    /// The cache entry to fill with a successful result.
+    cache_probe: Option<crate::cache::Probe>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -225,6 +237,7 @@ impl Executor {
             audit,
             session: random_id("s"),
             writable,
+            cache: ResultCache::default(),
         })
     }
 
@@ -285,6 +298,8 @@ impl Executor {
             usage: None,
             network: None,
             exit: None,
+            cache: None,
+            cache_probe: None,
         };
 
         let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
@@ -298,9 +313,14 @@ impl Executor {
             error: None,
             reason: None,
             duration_ms: 0.0,
+            cache: None,
         };
         match outcome {
             Ok((value, truncated)) => {
+                if let Some(probe) = trace.cache_probe.take() {
+                    self.cache.store(probe, &value, truncated, &response.call_id);
+                }
+                response.cache = trace.cache.clone().filter(|c| c["hit"] == true);
                 response.result = Some(value);
                 response.truncated = truncated;
             }
@@ -337,6 +357,8 @@ impl Executor {
             sandbox: trace.sandbox,
             network: trace.network,
             exit: trace.exit,
+            profile: self.policy.profile.as_ref().map(|p| p.name.clone()),
+            cache: trace.cache,
         };
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
@@ -395,7 +417,10 @@ impl Executor {
                     r.location,
                     r.reason.as_ref().map(|s| format!(": {s}")).unwrap_or_default()
                 ),
-                None => format!("{name}: the policy sets tier = \"deny\" ({})", spec.location),
+                None => spec
+                    .hidden_by
+                    .clone()
+                    .unwrap_or_else(|| format!("{name}: the policy sets tier = \"deny\" ({})", spec.location)),
             };
             return Err(CallError::new(ErrorCode::Denied, why));
         }
@@ -459,7 +484,42 @@ impl Executor {
             )
         })?;
 
-        // Run.
+        // Reuse: a read-only tool's fresh result; a tool that may write empties the cache.
+        let writes = crate::cache::may_write(spec);
+        if writes {
+            self.cache.clear();
+        }
+        if tier == Tier::Auto {
+            match ResultCache::probe(spec, args_sha256) {
+                Ok(Some(probe)) => {
+                    if let Some(hit) = self.cache.lookup(&probe) {
+                        trace.cache = Some(hit.to_json());
+                        return Ok((hit.value, hit.truncated));
+                    }
+                    trace.cache = Some(json!({"hit": false}));
+                    trace.cache_probe = Some(probe);
+                }
+                Ok(None) => {}
+                Err(why) => trace.cache = Some(json!({"hit": false, "bypassed": format!("{name}: {why}")})),
+            }
+        }
+        let ran = self.run(spec, ready, call, trace, hooks);
+        if writes {
+            self.cache.clear();
+        }
+        ran
+    }
+
+    /// The run stage: the tool's runtime, then shaping.
+    fn run(
+        &self,
+        spec: &crate::policy::ToolSpec,
+        ready: &ReadyTool,
+        call: &ToolCall,
+        trace: &mut Trace,
+        hooks: &CallHooks<'_>,
+    ) -> Result<(Value, bool), CallError> {
+        let name = spec.name.as_str();
         if let Runner::Server(st) = &spec.runner {
             let server = self.policy.servers.get(&st.server).ok_or_else(|| {
                 CallError::new(ErrorCode::Internal, format!("{name}: server {} is not declared", st.server))

@@ -31,6 +31,7 @@
 
 pub mod approval;
 pub mod audit;
+pub mod cache;
 pub mod catalog;
 pub mod checkup;
 pub mod cli;

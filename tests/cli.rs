@@ -530,3 +530,299 @@ fn plugin_inspect_shows_hash_tools_and_reach_before_anything_is_granted() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("not a valid WebAssembly component"), "{}", r.stderr);
 }
+
+/// A policy with two profiles over the builtin file tools.
+const PROFILED: &str = r#"
+version = 1
+
+[plugins.fs]
+source = "builtin:fs"
+
+[tools.read_file]
+plugin = "fs"
+tier = "auto"
+fs.read = ["{workspace}"]
+
+[tools.list_directory]
+plugin = "fs"
+tier = "auto"
+fs.read = ["{workspace}"]
+
+[tools.write_file]
+plugin = "fs"
+tier = "ask"
+fs.write = ["{workspace}"]
+
+[profiles.reader]
+description = "the reviewing agent: reads, never writes"
+tools = ["read_file", "list_*"]
+tiers.list_directory = "confirm"
+
+[profiles.all]
+tools = "*"
+"#;
+
+#[test]
+fn a_profile_offers_only_its_tools_at_its_stricter_tiers() {
+    let env = Env::new();
+    let policy = env.write("warden.toml", PROFILED);
+    let policy = policy.to_str().unwrap();
+    env.write("a.txt", "hello\n");
+
+    let listed = env.run(&["--policy", policy, "--profile", "reader", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let tools = listed.json();
+    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["list_directory", "read_file"], "{tools}");
+    assert_eq!(tools[0]["tier"], "confirm", "the profile's tier: {tools}");
+    assert_eq!(tools[1]["tier"], "auto");
+    // Without a profile, every tool.
+    let all = env.run(&["--policy", policy, "list", "--json"]).json();
+    assert_eq!(all.as_array().unwrap().len(), 3, "{all}");
+
+    // A tool outside the profile is refused, naming the profile and the key.
+    let w = env.call(
+        &["--policy", policy, "--profile", "reader", "--approve", "yes"],
+        "write_file",
+        r#"{"path":"b.txt","content":"x"}"#,
+    );
+    assert_eq!(w.error_code(), "DENIED", "{w:?}");
+    let msg = w.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("not in profile reader") && msg.contains("[profiles.reader]"), "{msg}");
+    assert!(!env.ws.join("b.txt").exists(), "nothing was written");
+    // The profile's tier holds even where the tool's own is auto.
+    let l = env.call(
+        &["--policy", policy, "--profile", "reader", "--approve", "deny"],
+        "list_directory",
+        r#"{"path":"."}"#,
+    );
+    assert_eq!(l.error_code(), "APPROVAL_REQUIRED", "{l:?}");
+    let r = env.call(&["--policy", policy, "--profile", "reader"], "read_file", r#"{"path":"a.txt"}"#);
+    assert_eq!(r.json()["result"]["content"], "hello\n", "{r:?}");
+    // `*` is every tool, at the policy's own tiers.
+    let a =
+        env.call(&["--policy", policy, "--profile", "all", "--approve", "deny"], "read_file", r#"{"path":"a.txt"}"#);
+    assert_eq!(a.code, 0, "{a:?}");
+
+    // The record names the profile, and the profile's line set the tier.
+    let records = env.audit_records();
+    let last4: Vec<&Value> = records.iter().rev().take(4).rev().collect();
+    assert_eq!(last4[0]["profile"], "reader");
+    assert_eq!(last4[0]["decision"], "denied");
+    assert_eq!(last4[1]["tier"], "confirm");
+    assert!(last4[1]["rule"].as_str().unwrap().contains("warden.toml:25"), "{}", last4[1]);
+    assert_eq!(last4[2]["profile"], "reader");
+    assert_eq!(last4[3]["profile"], "all");
+
+    // Over MCP the same: tools/list shows the profile's tools only.
+    let mut served = Served::start(&env, &["--policy", policy, "--profile", "reader"]);
+    let listed = served.request("tools/list", json!({}));
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["list_directory", "read_file"], "{listed}");
+    drop(served);
+
+    // An unknown profile is an error with the close names.
+    let bad = env.run(&["--policy", policy, "--profile", "raeder", "list"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("did you mean reader?"), "{bad:?}");
+}
+
+#[test]
+fn profile_mistakes_are_named_at_their_line() {
+    let env = Env::new();
+    let check = |text: &str| {
+        let p = env.write("p.toml", &PROFILED.replace("tools = [\"read_file\", \"list_*\"]", text));
+        env.run(&["policy", "check", p.to_str().unwrap()])
+    };
+    let unknown = check(r#"tools = ["raed_file"]"#);
+    assert_eq!(unknown.code, 1, "{unknown:?}");
+    assert!(
+        unknown.stderr.contains("no tool named \"raed_file\"") && unknown.stderr.contains("did you mean read_file"),
+        "{unknown:?}"
+    );
+    assert!(unknown.stderr.contains("p.toml:24:"), "{unknown:?}");
+
+    let looser = check("tools = [\"read_file\", \"list_*\", \"write_file\"]\ntiers.write_file = \"auto\"");
+    assert_eq!(looser.code, 1, "{looser:?}");
+    assert!(looser.stderr.contains("would relax") && looser.stderr.contains("only make a tool stricter"), "{looser:?}");
+
+    let outside = check("tools = [\"read_file\"]");
+    assert_eq!(outside.code, 1, "tiers.list_directory names a tool the profile lacks: {outside:?}");
+    assert!(outside.stderr.contains("tiers.list_directory names a tool the profile does not offer"), "{outside:?}");
+
+    // A pattern that matches nothing is a warning, in `policy check` and in `audit`.
+    let nothing = check(r#"tools = ["read_file", "list_*", "git_*"]"#);
+    assert_eq!(nothing.code, 0, "{nothing:?}");
+    assert!(nothing.stderr.contains("\"git_*\" matches no tool"), "{nothing:?}");
+    let p = env.ws.join("p.toml");
+    let audit = env.run(&[
+        "--policy",
+        p.to_str().unwrap(),
+        "audit",
+        "--no-self-test",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+    ]);
+    let findings = audit.json()["findings"].clone();
+    assert!(
+        findings
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "WL118" && f["message"].as_str().unwrap().contains("git_*")),
+        "{findings}"
+    );
+}
+
+/// `warden serve` over stdio, spoken to line by line.
+struct Served {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    next: u64,
+}
+
+impl Served {
+    fn start(env: &Env, flags: &[&str]) -> Served {
+        use std::io::BufRead;
+        let mut args: Vec<&str> = flags.to_vec();
+        args.push("serve");
+        let mut c = env.command(&args);
+        c.stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut s = Served { child, stdin, lines, next: 1 };
+        let init = s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, v: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{v}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = self.lines.next().expect("serve closed stdout").unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    /// `tools/call`: the result document warden puts in structuredContent.
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        r["result"]["structuredContent"].clone()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_result_cache_serves_repeats_and_never_a_stale_result() {
+    let env = Env::new();
+    let text = PROFILED
+        .replace("[tools.list_directory]", "[tools.list_directory]\ncache = \"60s\"")
+        .replace("[tools.read_file]", "[tools.read_file]\ncache = \"60s\"")
+        .replace(
+            "[tools.write_file]\nplugin = \"fs\"\ntier = \"ask\"",
+            "[tools.write_file]\nplugin = \"fs\"\ntier = \"auto\"",
+        );
+    let policy = env.write("warden.toml", &text);
+    env.write("a.txt", "one\n");
+    let mut s = Served::start(&env, &["--policy", policy.to_str().unwrap()]);
+    let read = |s: &mut Served| s.call("read_file", json!({"path": "a.txt"}));
+
+    let first = read(&mut s);
+    assert_eq!(first["result"]["content"], "one\n", "{first}");
+    assert!(first.get("cache").is_none(), "a first call runs: {first}");
+    let second = read(&mut s);
+    assert_eq!(second["result"]["content"], "one\n");
+    assert_eq!(second["cache"]["hit"], true, "{second}");
+    assert_eq!(second["cache"]["call_id"], first["call_id"]);
+
+    // Changed from outside warden, same size, within the same second: not served stale.
+    std::fs::write(env.ws.join("a.txt"), "two\n").unwrap();
+    let third = read(&mut s);
+    assert_eq!(third["result"]["content"], "two\n", "stale result served: {third}");
+    assert!(third.get("cache").is_none(), "{third}");
+    assert_eq!(read(&mut s)["cache"]["hit"], true);
+
+    // A new file elsewhere in the granted tree changes what list_directory (and read_file) may see.
+    let listed = s.call("list_directory", json!({"path": "."}));
+    assert_eq!(s.call("list_directory", json!({"path": "."}))["cache"]["hit"], true);
+    std::fs::write(env.ws.join("new.txt"), "").unwrap();
+    let relisted = s.call("list_directory", json!({"path": "."}));
+    assert!(relisted.get("cache").is_none(), "{relisted}");
+    assert_ne!(listed["result"], relisted["result"]);
+
+    // Other arguments are another entry.
+    let other = s.call("read_file", json!({"path": "a.txt", "limit": 1}));
+    assert!(other.get("cache").is_none(), "{other}");
+
+    // A write through warden empties the cache, even of results whose files it did not touch.
+    assert!(read(&mut s).get("cache").is_none(), "new.txt changed the tree read_file reads too");
+    assert_eq!(read(&mut s)["cache"]["hit"], true);
+    let w = s.call("write_file", json!({"path": "c.txt", "content": "x"}));
+    assert_eq!(w["status"], "success", "{w}");
+    let after = read(&mut s);
+    assert!(after.get("cache").is_none(), "{after}");
+    drop(s);
+
+    // The audit log records hits with the call they repeat.
+    let records = env.audit_records();
+    let hits: Vec<&Value> = records.iter().filter(|r| r["cache"]["hit"] == true).collect();
+    assert_eq!(hits.len(), 4, "{records:?}");
+    assert!(hits.iter().all(|r| r["status"] == "success" && r["cache"]["call_id"].as_str().unwrap().starts_with("c-")));
+    assert_eq!(records.iter().filter(|r| r["cache"]["hit"] == false).count(), 7, "{records:?}");
+}
+
+#[test]
+fn cache_is_refused_where_a_result_could_go_stale() {
+    let env = Env::new();
+    let check = |from: &str, to: &str| {
+        let p = env.write("p.toml", &PROFILED.replace(from, to));
+        env.run(&["policy", "check", p.to_str().unwrap()])
+    };
+    let writes = check(
+        "[tools.write_file]\nplugin = \"fs\"\ntier = \"ask\"",
+        "[tools.write_file]\nplugin = \"fs\"\ntier = \"auto\"\ncache = \"1m\"",
+    );
+    assert_eq!(writes.code, 1, "{writes:?}");
+    assert!(
+        writes.stderr.contains("cache applies only to read-only tools") && writes.stderr.contains("fs.write"),
+        "{writes:?}"
+    );
+    let asks = check(
+        "[tools.read_file]\nplugin = \"fs\"\ntier = \"auto\"",
+        "[tools.read_file]\nplugin = \"fs\"\ntier = \"ask\"\ncache = \"1m\"",
+    );
+    assert_eq!(asks.code, 1, "{asks:?}");
+    assert!(asks.stderr.contains("tier \\\"auto\\\"") || asks.stderr.contains("tier \"auto\""), "{asks:?}");
+    let net = check(
+        "[tools.read_file]\nplugin = \"fs\"\ntier = \"auto\"",
+        "[tools.read_file]\nplugin = \"fs\"\ntier = \"auto\"\ncache = \"1m\"\nnet.connect = [\"example.com:443\"]",
+    );
+    assert_eq!(net.code, 1, "{net:?}");
+    assert!(net.stderr.contains("network grants"), "{net:?}");
+}

@@ -21,6 +21,9 @@ pub struct Cli {
     /// Audit log [default: $XDG_STATE_HOME/warden/audit.jsonl]
     #[arg(long, global = true, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// The policy's `[profiles.NAME]` to act as: only its tools, at its tiers (one agent's reach)
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
     /// Who answers `ask`/`confirm` calls [default: prompt with a terminal, deny without]
     #[arg(long, global = true, value_enum, value_name = "MODE")]
     pub approve: Option<ApproveArg>,

@@ -92,6 +92,7 @@ mod tests {
             error: None,
             reason: None,
             duration_ms: 0.0,
+            cache: None,
         }
     }
 

@@ -116,7 +116,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Policy(PolicyCommand::Check { file }) => {
             let ctx = context(&cli)?;
             let policy = match file {
-                Some(f) => Policy::load(f, &ctx).map_err(|e| e.to_string()),
+                Some(f) => Policy::load(f, &ctx)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut p| with_profile(&cli, &mut p).map(|()| p).map_err(|f| f.message)),
                 None => load_policy(&cli, &ctx).map_err(|f| f.message),
             };
             let policy = match policy {
@@ -231,7 +233,11 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         ),
     };
     let host = HostReport::probe();
-    let loaded = Policy::from_text(&text, &origin, &dir, &ctx);
+    let mut loaded = Policy::from_text(&text, &origin, &dir, &ctx);
+    if let Ok(policy) = &mut loaded {
+        with_profile(cli, policy)?;
+    }
+    let mut tool_names = None;
     let (tools, descriptions, poisoned) = match &loaded {
         Ok(policy) => {
             let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(70, e.message))?;
@@ -242,6 +248,10 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
                 .filter_map(|e| e.state.as_ref().ok().map(|r| (e.spec.name.clone(), r.description.clone())))
                 .collect();
             let poisoned = poisoned_definitions(policy, &runtime, &servers);
+            // Under a profile, servers it cannot use were not started: their names are unknown.
+            if policy.profile.is_none() {
+                tool_names = Some(catalog.entries().map(|e| e.spec.name.clone()).collect());
+            }
             (tool_layers(policy, &catalog, &host), descriptions, poisoned)
         }
         Err(_) => (Vec::new(), Default::default(), Vec::new()),
@@ -260,6 +270,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         poisoned,
         own_files,
         hard_links: Some(crate::checkup::links::hard_links),
+        tool_names,
     };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
@@ -723,7 +734,17 @@ fn load_policy(cli: &Cli, ctx: &Context) -> Result<Policy, Failure> {
         None if Path::new("warden.toml").is_file() => Policy::load(Path::new("warden.toml"), ctx),
         None => Policy::embedded_default(ctx),
     };
-    result.map_err(|e| fail(2, e.to_string()))
+    let mut policy = result.map_err(|e| fail(2, e.to_string()))?;
+    with_profile(cli, &mut policy)?;
+    Ok(policy)
+}
+
+/// Applies `--profile`, if given.
+fn with_profile(cli: &Cli, policy: &mut Policy) -> Result<(), Failure> {
+    match &cli.profile {
+        Some(name) => policy.select_profile(name).map_err(|m| fail(2, m)),
+        None => Ok(()),
+    }
 }
 
 fn cache_dir() -> Option<PathBuf> {
@@ -837,6 +858,22 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
         crate::policy::SandboxMode::BestEffort => "best-effort",
     };
     println!("policy {} (sandbox mode {mode})", policy.origin);
+    if let Some(p) = &policy.profile {
+        println!("profile {} ({}): {}", p.name, p.location, p.tools.join(", "));
+        if let Some(d) = &p.description {
+            println!("  {}", crate::shape::sanitize_str(d));
+        }
+    }
+    // A profile's pattern that offers nothing is a mistake worth seeing (WL118).
+    // Under a profile, servers it cannot use were not started: judge only its own patterns.
+    let judged = policy.profiles.values().filter(|p| policy.profile.as_ref().is_none_or(|s| s.name == p.name));
+    for p in judged {
+        for pattern in &p.tools {
+            if !catalog.entries().any(|e| crate::policy::profile::glob(pattern, &e.spec.name)) {
+                eprintln!("warning: profile {} ({}): {pattern:?} matches no tool of this policy", p.name, p.location);
+            }
+        }
+    }
     println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
     let mut broken = 0;
     for e in catalog.entries() {

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, Entry};
 use crate::executor::{CallResponse, Status};
+use crate::policy::Tier;
 use crate::policy::units::format_duration;
-use crate::policy::{GrantPath, SYSTEM_WRITE, Tier};
 
 /// The MCP tool list of `catalog`: visible, ready tools sorted by name.
 pub fn list(catalog: &Catalog) -> Vec<Tool> {
@@ -33,14 +33,7 @@ pub fn list(catalog: &Catalog) -> Vec<Tool> {
 /// except the per-call `{tmp}` and the `{system}` devices, and no network.
 fn read_only(entry: &Entry) -> bool {
     let g = &entry.spec.grants;
-    let lasting_write = g.paths.iter().any(|p| {
-        p.write
-            && match &p.path {
-                GrantPath::Fixed(path) => !SYSTEM_WRITE.iter().any(|s| path.as_os_str() == *s),
-                GrantPath::Tmp(_) => false,
-            }
-    });
-    !lasting_write && g.net.is_empty()
+    g.lasting_write().is_none() && g.net.is_empty()
 }
 
 fn tool(entry: &Entry) -> Tool {

@@ -13,7 +13,7 @@ use super::{
     ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES,
     DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, DenyEntry, ExecSpec, GrantPath, Grants,
     Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginKind, PluginSource, PluginSpec, Policy, PolicyError,
-    Problem, Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
+    Problem, Profile, Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
 };
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
@@ -251,6 +251,8 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         }
     }
 
+    let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
+
     if !c.problems.is_empty() {
         c.problems.sort_by_key(|p| (p.line, p.column));
         return Err(PolicyError { problems: c.problems });
@@ -263,7 +265,139 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         tools,
         servers,
         lock_path: (origin != super::DEFAULT_POLICY_NAME).then(|| dir.join(super::LOCK_FILE)),
+        profiles,
+        profile: None,
     })
+}
+
+/// The most profiles a policy may declare, and the most entries of one profile.
+const MAX_PROFILES: usize = 64;
+
+/// Checks `[profiles.NAME]`: names that exist, tiers that are only stricter.
+/// A pattern that matches nothing is not an error here (a server's tools are
+/// known only once it runs): `policy check` and `audit` warn about it.
+fn compile_profiles(
+    c: &mut Checker<'_>,
+    raw: &RawPolicy,
+    tools: &BTreeMap<String, ToolSpec>,
+    servers: &BTreeMap<String, ServerSpec>,
+) -> BTreeMap<String, Profile> {
+    if raw.profiles.len() > MAX_PROFILES {
+        c.problem(0..0, format!("too many profiles: {} (at most {MAX_PROFILES})", raw.profiles.len()));
+    }
+    let mut out = BTreeMap::new();
+    for (name, spanned) in &raw.profiles {
+        let (pname, p) = (name.get_ref(), spanned.get_ref());
+        if !valid_tool_name(pname) {
+            c.problem(name.span(), format!("profile {pname:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and -"));
+        }
+        let listed: Vec<String> = match p.tools.get_ref() {
+            toml::Value::String(s) => vec![s.clone()],
+            toml::Value::Array(items) if items.iter().all(toml::Value::is_str) && !items.is_empty() => {
+                items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+            }
+            _ => {
+                c.problem(
+                    p.tools.span(),
+                    format!(
+                        "profile {pname}: `tools` is \"*\" or a non-empty list of tool names and patterns, like \
+                         [\"read_file\", \"git_*\", \"server__*\"]"
+                    ),
+                );
+                continue;
+            }
+        };
+        if listed.len() > MAX_TOOLS {
+            c.problem(
+                p.tools.span(),
+                format!("profile {pname}: {} entries in `tools` (at most {MAX_TOOLS})", listed.len()),
+            );
+        }
+        for entry in &listed {
+            let bad_chars = !entry.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '*'));
+            if entry.is_empty() || entry.len() > 140 || bad_chars {
+                c.problem(
+                    p.tools.span(),
+                    format!("profile {pname}: {entry:?} is not a tool name or pattern (a-z, A-Z, 0-9, _, - and *)"),
+                );
+                continue;
+            }
+            if entry.contains('*') {
+                continue;
+            }
+            let declared = tools.contains_key(entry)
+                || entry
+                    .split_once(SERVER_TOOL_SEPARATOR)
+                    .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
+            if !declared {
+                let candidates = tools.keys().map(String::as_str);
+                let close = super::profile::closest(entry, candidates);
+                c.problem(
+                    p.tools.span(),
+                    format!(
+                        "profile {pname}: no tool named {entry:?} in this policy{}",
+                        if close.is_empty() {
+                            " (a server's tools are SERVER__TOOL, or SERVER__* for all of them)".to_string()
+                        } else {
+                            format!("; did you mean {}?", close.join(", "))
+                        }
+                    ),
+                );
+            }
+        }
+        let mut profile = Profile {
+            name: pname.clone(),
+            tools: listed,
+            tiers: BTreeMap::new(),
+            location: c.location(spanned.span()),
+            description: p.description.clone(),
+        };
+        for (tool, tier) in &p.tiers {
+            let (tool_name, tier_value) = (tool.get_ref(), *tier.get_ref());
+            if !profile.admits(tool_name) {
+                c.problem(
+                    tool.span(),
+                    format!(
+                        "profile {pname}: tiers.{tool_name} names a tool the profile does not offer; add it to \
+                         `tools` or remove the tier"
+                    ),
+                );
+                continue;
+            }
+            let base = tools.get(tool_name).map(|t| (t.tier, t.location.as_str())).or_else(|| {
+                let (server, _) = tool_name.split_once(SERVER_TOOL_SEPARATOR)?;
+                servers.get(server).map(|s| (s.tier, s.location.as_str()))
+            });
+            match base {
+                None => {
+                    let close = super::profile::closest(tool_name, tools.keys().map(String::as_str));
+                    c.problem(
+                        tool.span(),
+                        format!(
+                            "profile {pname}: tiers.{tool_name}: no such tool in this policy{}",
+                            if close.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; did you mean {}?", close.join(", "))
+                            }
+                        ),
+                    );
+                }
+                Some((base, at)) if tier_value < base => c.problem(
+                    tier.span(),
+                    format!(
+                        "profile {pname}: tiers.{tool_name} = \"{tier_value}\" would relax the tool's tier \
+                         \"{base}\" ({at}); a profile may only make a tool stricter (auto < ask < confirm < deny)"
+                    ),
+                ),
+                Some(_) => {
+                    profile.tiers.insert(tool_name.clone(), (tier_value, c.location(tier.span())));
+                }
+            }
+        }
+        out.insert(pname.clone(), profile);
+    }
+    out
 }
 
 /// Server names: 1-32 characters of a-z, 0-9 and `-`, so that `NAME__TOOL` splits one way.
@@ -302,6 +436,7 @@ fn compile_server(
         ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
         ("description", t.description.as_ref().map(Spanned::span)),
         ("rule", t.rule.first().map(Spanned::span)),
+        ("cache", t.cache.as_ref().map(Spanned::span)),
     ];
     for (key, span) in refused {
         if let Some(span) = span {
@@ -375,6 +510,7 @@ fn compile_server_tool(
         ("fs", !t.fs.read.is_empty() || !t.fs.write.is_empty()),
         ("net", !t.net.connect.is_empty()),
         ("env", !t.env.pass.is_empty() || !t.env.set.is_empty()),
+        ("cache", t.cache.is_some()),
         (
             "limits",
             l.memory.is_some()
@@ -589,17 +725,64 @@ fn compile_tool(
     let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
 
     let rules = compile_rules(c, name, &t.rule);
+    let tier = t.tier.unwrap_or(default_tier);
+    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net));
 
     Some(ToolSpec {
         name: name.to_string(),
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
-        tier: t.tier.unwrap_or(default_tier),
+        tier,
         grants: Grants { paths, net, allow_private, env_pass, env_set, sysv_ipc, inotify, system, deny, unprotect },
         limits,
         rules,
         location: c.location(span),
+        cache,
+        hidden_by: None,
     })
+}
+
+/// The longest `cache` a tool may have.
+const MAX_CACHE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Checks `cache = "…"`: only a tool that changes nothing and reaches no
+/// network, at tier `auto`, may have its results served again.
+fn compile_cache(
+    c: &mut Checker<'_>,
+    name: &str,
+    d: &Spanned<super::units::PolicyDuration>,
+    tier: Tier,
+    paths: &[PathGrant],
+    net: &[NetGrant],
+) -> Option<std::time::Duration> {
+    let ttl = d.get_ref().0;
+    let why = if ttl.is_zero() || ttl > MAX_CACHE {
+        Some(format!("must be more than 0s and at most {}", humantime::format_duration(MAX_CACHE)))
+    } else if tier != Tier::Auto {
+        Some(format!(
+            "applies only to tools of tier \"auto\" (this one is \"{tier}\"): a cached answer would skip the approval"
+        ))
+    } else if let Some(w) = super::lasting_write(paths) {
+        Some(format!(
+            "applies only to read-only tools, and this one may write {} (fs.write): a call that changes \
+             something must run every time",
+            w.path
+        ))
+    } else {
+        net.first().map(|n| {
+            format!(
+                "applies only to tools without network grants, and this one may connect to {n} (net.connect): \
+                 what it fetches can change without warden seeing it"
+            )
+        })
+    };
+    match why {
+        Some(why) => {
+            c.problem(d.span(), format!("tool {name}: cache {why}; remove `cache` or change the tool"));
+            None
+        }
+        None => Some(ttl),
+    }
 }
 
 /// Checks `fs.deny_read`, `fs.deny_write` and `fs.unprotect`: each must lie

@@ -253,6 +253,17 @@ pub const RULES: &[LintRule] = &[
         security_severity: "6.0",
     },
     LintRule {
+        id: "WL118",
+        name: "profile-pattern-unmatched",
+        severity: Severity::Warning,
+        short: "A profile names a tool pattern that matches no tool of the policy",
+        full: "`[profiles.NAME] tools` lists the tools one agent gets. A pattern that matches nothing offers \
+               nothing: usually a misspelt name, or a server that did not start, so the agent lacks a tool its \
+               operator meant to give it.",
+        help: "Fix the name (`warden list` shows the tools there are), or remove the entry.",
+        security_severity: "1.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -422,6 +433,9 @@ pub struct Surroundings {
     /// Looks for regular files under a granted directory that have a hard link
     /// outside it (`warden audit` passes [`crate::checkup::links::hard_links`]).
     pub hard_links: Option<fn(&Path) -> Option<HardLinks>>,
+    /// Every tool the policy offers, servers' included (`None`: not known, so
+    /// profiles' patterns are not judged).
+    pub tool_names: Option<Vec<String>>,
 }
 
 /// Files under a directory with a hard link outside it.
@@ -491,6 +505,24 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
             span,
             format!("tool {tool}: {kind} {owner}'s definition: {}; it is refused until you {what}", p.why),
         );
+    }
+    if let Some(names) = &around.tool_names {
+        for (profile, p) in &raw.profiles {
+            let listed: Vec<&str> = match p.get_ref().tools.get_ref() {
+                toml::Value::String(s) => vec![s.as_str()],
+                toml::Value::Array(items) => items.iter().filter_map(toml::Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            for pattern in listed {
+                if !names.iter().any(|n| super::profile::glob(pattern, n)) {
+                    l.add(
+                        "WL118",
+                        p.get_ref().tools.span(),
+                        format!("profile {}: {pattern:?} matches no tool of this policy", profile.get_ref()),
+                    );
+                }
+            }
+        }
     }
     finish(l)
 }

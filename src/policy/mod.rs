@@ -12,6 +12,7 @@
 
 mod compile;
 pub mod lint;
+pub mod profile;
 mod schema;
 pub mod units;
 
@@ -24,6 +25,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
+pub use profile::Profile;
 
 /// The policy compiled into warden, used when no `--policy` is given and no
 /// `./warden.toml` exists.
@@ -112,9 +114,39 @@ pub struct Policy {
     pub servers: BTreeMap<String, ServerSpec>,
     /// `warden.lock` beside the policy file (`None` for the embedded default policy).
     pub lock_path: Option<PathBuf>,
+    /// `[profiles.*]` by name.
+    pub profiles: BTreeMap<String, Profile>,
+    /// The profile chosen with `--profile` ([`Policy::select_profile`]), if any.
+    pub profile: Option<Profile>,
 }
 
 impl Policy {
+    /// Chooses `[profiles.NAME]`: from now on only its tools are offered, at
+    /// its tiers. An unknown name is an error naming the profiles there are.
+    pub fn select_profile(&mut self, name: &str) -> Result<(), String> {
+        match self.profiles.get(name) {
+            Some(p) => {
+                self.profile = Some(p.clone());
+                Ok(())
+            }
+            None => {
+                let close = profile::closest(name, self.profiles.keys().map(String::as_str));
+                let declared: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+                Err(format!(
+                    "--profile {name:?}: {} declares no [profiles.{name}]{}",
+                    self.origin,
+                    if !close.is_empty() {
+                        format!("; did you mean {}?", close.join(", "))
+                    } else if declared.is_empty() {
+                        "; it declares no profiles".to_string()
+                    } else {
+                        format!(" (profiles: {})", declared.join(", "))
+                    }
+                ))
+            }
+        }
+    }
+
     /// Where some tool or server of this policy may write (and so plant a
     /// symbolic link): the workspace and every fixed `fs.write` path. A granted
     /// path that passes through a link inside one of them is refused at call time
@@ -179,6 +211,8 @@ impl ServerSpec {
             limits: self.limits,
             rules: Vec::new(),
             location: self.location.clone(),
+            cache: None,
+            hidden_by: None,
         }
     }
 }
@@ -307,6 +341,23 @@ impl Grants {
     pub fn writes(&self) -> bool {
         self.paths.iter().any(|p| p.write)
     }
+
+    /// A write grant whose changes outlive the call: any but the per-call
+    /// `{tmp}` and the `{system}` devices (`/dev/null`, …).
+    pub fn lasting_write(&self) -> Option<&PathGrant> {
+        lasting_write(&self.paths)
+    }
+}
+
+/// The first of `paths` that grants a write outliving the call (see [`Grants::lasting_write`]).
+pub fn lasting_write(paths: &[PathGrant]) -> Option<&PathGrant> {
+    paths.iter().find(|p| {
+        p.write
+            && match &p.path {
+                GrantPath::Fixed(path) => !SYSTEM_WRITE.iter().any(|s| path.as_os_str() == *s),
+                GrantPath::Tmp(_) => false,
+            }
+    })
 }
 
 /// The limits of one call.
@@ -502,6 +553,11 @@ pub struct ToolSpec {
     pub rules: Vec<Rule>,
     /// `file:line:column` of its table.
     pub location: String,
+    /// `cache = "60s"`: how long a result may be served again to the same
+    /// arguments (read-only tools at tier `auto` only; see `crate::cache`).
+    pub cache: Option<Duration>,
+    /// Why the chosen profile hides this tool (its tier is then `deny`).
+    pub hidden_by: Option<String>,
 }
 
 /// A policy that could not be loaded: each problem with its place in the file.

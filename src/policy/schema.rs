@@ -29,6 +29,22 @@ pub(crate) struct RawPolicy {
     /// `fs`, `net`, `env`, `limits`); the others are refused by the compiler.
     #[serde(default)]
     pub(crate) servers: BTreeMap<Spanned<String>, Spanned<RawTool>>,
+    /// `[profiles.NAME]`: the tools (and stricter tiers) one agent gets.
+    #[serde(default)]
+    pub(crate) profiles: BTreeMap<Spanned<String>, Spanned<RawProfile>>,
+}
+
+/// `[profiles.NAME]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProfile {
+    /// `"*"`, or a list of names and `*` patterns.
+    pub(crate) tools: Spanned<toml::Value>,
+    /// A stricter tier for some of the profile's tools.
+    #[serde(default)]
+    pub(crate) tiers: BTreeMap<Spanned<String>, Spanned<Tier>>,
+    /// What the profile is for (shown by `policy check`).
+    pub(crate) description: Option<String>,
 }
 
 /// `[defaults]`
@@ -84,6 +100,8 @@ pub(crate) struct RawTool {
     pub(crate) inotify: Option<Spanned<bool>>,
     #[serde(default)]
     pub(crate) rule: Vec<Spanned<RawRule>>,
+    /// `cache = "60s"`: serve a repeated call's result again within this time.
+    pub(crate) cache: Option<Spanned<PolicyDuration>>,
 }
 
 /// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect`

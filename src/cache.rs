@@ -1,0 +1,376 @@
+//! The read-only result cache (`cache = "60s"` on a tool).
+//!
+//! Only a tool that can change nothing outside its call and reaches no network,
+//! at tier `auto`, may have one (the policy refuses the key elsewhere, and a
+//! call whose rules or profile raise its tier runs every time). A result is
+//! served again only to the same tool with the same arguments (and the same
+//! values of the variables it is passed), within its time to live, and only
+//! when nothing it could read has changed:
+//!
+//! - **The granted trees' state.** Before each run and each lookup, warden
+//!   walks the tool's read grants (not `{system}`'s programs and libraries) and
+//!   hashes every entry's path, device, inode, mode, size, modification and
+//!   change times (ctime cannot be set back by anyone). A file changed, added,
+//!   removed or renamed, by warden's tools or by anyone else, changes the hash.
+//!   A file changed within the last two seconds is also hashed by content, so a
+//!   rewrite of the same size inside one timestamp tick is seen (git's "racy
+//!   clean" problem). Trees larger than [`MAX_ENTRIES`] entries are not cached.
+//! - **Writes through warden.** Every call of a tool with a lasting write grant
+//!   (or a server tool) empties the cache, before and after it runs.
+//!
+//! The cache lives in one warden process: `serve` keeps it across calls and
+//! connections; each `warden call` is a new process and starts empty. It holds
+//! at most [`MAX_RESULTS`] results and [`MAX_BYTES`] bytes, oldest out first.
+
+#![forbid(unsafe_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::policy::{GrantPath, SYSTEM_READ, SYSTEM_WRITE, ToolSpec};
+
+/// The most results kept.
+pub const MAX_RESULTS: usize = 256;
+/// The most bytes of results kept (their JSON).
+pub const MAX_BYTES: usize = 32 << 20;
+/// The most entries (files, directories, links) a tool's read grants may hold to be cached.
+pub const MAX_ENTRIES: usize = 20_000;
+/// The most bytes of recently changed files hashed by content for one fingerprint.
+const MAX_RACY_BYTES: u64 = 8 << 20;
+/// A file modified this recently is hashed by content too.
+const RACY: Duration = Duration::from_secs(2);
+
+/// What one call asks of the cache, computed before it runs.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    key: String,
+    fingerprint: [u8; 32],
+    ttl: Duration,
+}
+
+/// A result served from the cache.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// The result, as first returned.
+    pub value: Value,
+    /// Whether it was cut.
+    pub truncated: bool,
+    /// The call that produced it.
+    pub call_id: String,
+    /// How old it is.
+    pub age: Duration,
+}
+
+impl Hit {
+    /// How the hit is shown in the result document and the audit record.
+    pub fn to_json(&self) -> Value {
+        json!({"hit": true, "call_id": self.call_id, "age_ms": self.age.as_millis() as u64})
+    }
+}
+
+struct Cached {
+    value: Value,
+    truncated: bool,
+    call_id: String,
+    stored: Instant,
+    ttl: Duration,
+    fingerprint: [u8; 32],
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct State {
+    results: HashMap<String, Cached>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+/// The results of one warden process.
+#[derive(Default)]
+pub struct ResultCache {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for ResultCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultCache").field("results", &self.lock().results.len()).finish()
+    }
+}
+
+impl ResultCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What a call of `spec` with arguments hashing to `args_sha256` may reuse:
+    /// `Ok(None)` when the tool has no cache, `Err` (why) when this call cannot
+    /// be cached (its trees are too large or unreadable).
+    pub fn probe(spec: &ToolSpec, args_sha256: &str) -> Result<Option<Probe>, String> {
+        let Some(ttl) = spec.cache else { return Ok(None) };
+        let mut key = Sha256::new();
+        key.update(spec.name.as_bytes());
+        key.update([0]);
+        key.update(args_sha256.as_bytes());
+        // The variables it is passed are part of what it reads.
+        for name in &spec.grants.env_pass {
+            key.update([0]);
+            key.update(name.as_bytes());
+            key.update([1]);
+            if let Some(v) = std::env::var_os(name) {
+                key.update(v.as_bytes());
+            }
+        }
+        let fingerprint = fingerprint(spec)?;
+        Ok(Some(Probe { key: hex::encode(key.finalize()), fingerprint, ttl }))
+    }
+
+    /// The cached result for `probe`, if it is fresh and nothing it read changed.
+    pub fn lookup(&self, probe: &Probe) -> Option<Hit> {
+        let mut state = self.lock();
+        let cached = state.results.get(&probe.key)?;
+        let age = cached.stored.elapsed();
+        if age < cached.ttl && cached.fingerprint == probe.fingerprint {
+            return Some(Hit {
+                value: cached.value.clone(),
+                truncated: cached.truncated,
+                call_id: cached.call_id.clone(),
+                age,
+            });
+        }
+        // Stale: drop it now.
+        state.remove(&probe.key);
+        None
+    }
+
+    /// Keeps a successful result of the call `probe` was made for.
+    pub fn store(&self, probe: Probe, value: &Value, truncated: bool, call_id: &str) {
+        let bytes = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(usize::MAX);
+        if bytes > MAX_BYTES / 4 {
+            return;
+        }
+        let mut state = self.lock();
+        state.remove(&probe.key);
+        while state.results.len() >= MAX_RESULTS || state.bytes + bytes > MAX_BYTES {
+            let Some(oldest) = state.order.pop_front() else { break };
+            if let Some(old) = state.results.remove(&oldest) {
+                state.bytes -= old.bytes;
+            }
+        }
+        state.bytes += bytes;
+        state.order.push_back(probe.key.clone());
+        let cached = Cached {
+            value: value.clone(),
+            truncated,
+            call_id: call_id.to_string(),
+            stored: Instant::now(),
+            ttl: probe.ttl,
+            fingerprint: probe.fingerprint,
+            bytes,
+        };
+        state.results.insert(probe.key, cached);
+    }
+
+    /// Forgets everything (a call that may write ran, or is about to).
+    pub fn clear(&self) {
+        let mut state = self.lock();
+        state.results.clear();
+        state.order.clear();
+        state.bytes = 0;
+    }
+
+    /// How many results are kept.
+    pub fn len(&self) -> usize {
+        self.lock().results.len()
+    }
+
+    /// Whether no result is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl State {
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.results.remove(key) {
+            self.bytes -= old.bytes;
+            self.order.retain(|k| k != key);
+        }
+    }
+}
+
+/// Whether a call of `spec` may change what a cached tool reads: it has a
+/// lasting write grant, or it is a server's (a server keeps its own state).
+pub fn may_write(spec: &ToolSpec) -> bool {
+    spec.grants.lasting_write().is_some() || matches!(spec.runner, crate::policy::Runner::Server(_))
+}
+
+/// The state of everything `spec` may read, as one hash.
+fn fingerprint(spec: &ToolSpec) -> Result<[u8; 32], String> {
+    let system: Vec<&Path> = SYSTEM_READ.iter().chain(SYSTEM_WRITE).map(Path::new).collect();
+    let mut roots: Vec<PathBuf> = spec
+        .grants
+        .paths
+        .iter()
+        .filter_map(|g| match &g.path {
+            GrantPath::Fixed(p) if !system.contains(&p.as_path()) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    roots.sort();
+    let mut walk = Walk { hash: Sha256::new(), entries: 0, racy_bytes: 0, now: SystemTime::now() };
+    for root in &roots {
+        walk.tree(root)?;
+    }
+    Ok(walk.hash.finalize().into())
+}
+
+struct Walk {
+    hash: Sha256,
+    entries: usize,
+    racy_bytes: u64,
+    now: SystemTime,
+}
+
+impl Walk {
+    /// Hashes `root` and everything under it, without following links.
+    fn tree(&mut self, root: &Path) -> Result<(), String> {
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(path) = stack.pop() {
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                return Err(format!(
+                    "its read grants hold more than {MAX_ENTRIES} entries (under {}), too many to watch for changes",
+                    root.display()
+                ));
+            }
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                // A path that does not exist is a state too.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.hash.update(path.as_os_str().as_bytes());
+                    self.hash.update(b"\0missing\0");
+                    continue;
+                }
+                Err(e) => return Err(format!("cannot look at {}: {e}", path.display())),
+            };
+            self.hash.update(path.as_os_str().as_bytes());
+            self.hash.update([0]);
+            for n in [
+                meta.dev(),
+                meta.ino(),
+                u64::from(meta.mode()),
+                meta.size(),
+                meta.mtime() as u64,
+                meta.mtime_nsec() as u64,
+                meta.ctime() as u64,
+                meta.ctime_nsec() as u64,
+            ] {
+                self.hash.update(n.to_le_bytes());
+            }
+            if meta.is_file() && meta.modified().is_ok_and(|m| self.now.duration_since(m).map_or(true, |d| d < RACY)) {
+                self.contents(&path, meta.size())?;
+            }
+            if meta.is_dir() {
+                let mut names: Vec<PathBuf> = std::fs::read_dir(&path)
+                    .map_err(|e| format!("cannot list {}: {e}", path.display()))?
+                    .filter_map(|d| d.ok().map(|d| d.path()))
+                    .collect();
+                if names.len() > MAX_ENTRIES {
+                    return Err(format!("{} holds more than {MAX_ENTRIES} entries", path.display()));
+                }
+                names.sort();
+                // Popped last first: push in reverse to walk in order.
+                stack.extend(names.into_iter().rev());
+            }
+        }
+        Ok(())
+    }
+
+    /// Hashes the contents of a file changed too recently for its times to tell.
+    fn contents(&mut self, path: &Path, size: u64) -> Result<(), String> {
+        self.racy_bytes += size;
+        if self.racy_bytes > MAX_RACY_BYTES {
+            return Err(format!(
+                "more than {} MiB of its files changed in the last {}s (last {}): too much to compare",
+                MAX_RACY_BYTES >> 20,
+                RACY.as_secs(),
+                path.display()
+            ));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut buf = Vec::new();
+        file.take(MAX_RACY_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        self.hash.update(b"\0contents\0");
+        self.hash.update(Sha256::digest(&buf));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn probe(key: &str, print: u8, ttl: Duration) -> Probe {
+        Probe { key: key.into(), fingerprint: [print; 32], ttl }
+    }
+
+    #[test]
+    fn a_result_is_served_only_while_fresh_and_unchanged() {
+        let cache = ResultCache::default();
+        cache.store(probe("k", 1, Duration::from_secs(60)), &json!({"a": 1}), false, "c-1");
+        let hit = cache.lookup(&probe("k", 1, Duration::from_secs(60))).expect("a hit");
+        assert_eq!(hit.value, json!({"a": 1}));
+        assert_eq!(hit.call_id, "c-1");
+        // The trees changed: a miss, and the stale result is dropped.
+        assert!(cache.lookup(&probe("k", 2, Duration::from_secs(60))).is_none());
+        assert!(cache.is_empty());
+        cache.store(probe("k", 1, Duration::ZERO), &json!(1), false, "c-2");
+        assert!(cache.lookup(&probe("k", 1, Duration::ZERO)).is_none(), "expired");
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_cleared() {
+        let cache = ResultCache::default();
+        for i in 0..MAX_RESULTS + 10 {
+            cache.store(probe(&i.to_string(), 0, Duration::from_secs(60)), &json!(i), false, "c");
+        }
+        assert_eq!(cache.len(), MAX_RESULTS);
+        assert!(cache.lookup(&probe("0", 0, Duration::from_secs(60))).is_none(), "the oldest went first");
+        cache.clear();
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_fingerprint_sees_a_same_size_rewrite_and_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        std::fs::write(&file, "aaaa").unwrap();
+        let walk = |_: ()| {
+            let mut w = Walk { hash: Sha256::new(), entries: 0, racy_bytes: 0, now: SystemTime::now() };
+            w.tree(dir.path()).unwrap();
+            <[u8; 32]>::from(w.hash.finalize())
+        };
+        let first = walk(());
+        assert_eq!(first, walk(()), "nothing changed");
+        std::fs::write(&file, "bbbb").unwrap();
+        let second = walk(());
+        assert_ne!(first, second, "same size, same second");
+        std::fs::write(dir.path().join("b.txt"), "").unwrap();
+        assert_ne!(second, walk(()), "a new file");
+    }
+}
