@@ -7,6 +7,7 @@
 //!   single-use `requestState` (2026-07-28).
 //! * [`tools`]: tool definitions and annotations from the policy; responses as results.
 //! * [`http`]: the Streamable HTTP transport (bearer token, Origin check).
+//! * [`logging`]: the client's log level and warden's refusals as log messages.
 //!
 //! On stdio, stdout carries only MCP frames; logs go to stderr; the server exits
 //! 0 when stdin closes.
@@ -16,6 +17,7 @@
 pub mod approval;
 pub mod frames;
 pub mod http;
+pub mod logging;
 pub mod server;
 pub mod tools;
 

@@ -1,5 +1,12 @@
 //! The MCP server: `tools/list` and `tools/call` over the policy's tools.
 //!
+//! warden has no prompts and no resources: it declares both capabilities and
+//! serves them empty, so every method it answers is one it declares (a
+//! 2026-07-28 `server/discover` must list what `prompts/list` serves).
+//! `prompts/get` of any name and `resources/read` of any URI are "not found":
+//! -32602 with the name or `uri` in `data` (SEP-2164). `completion/complete`
+//! answers no values. `logging/setLevel` is accepted (see [`super::logging`]).
+//!
 //! Every call goes through the same [`Executor`] as `warden call`, on a blocking
 //! thread, with the MCP client as its approval channel (see [`super::approval`])
 //! and a cancel switch that `notifications/cancelled` (or a dropped request)
@@ -9,9 +16,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[allow(deprecated)] // logging is deprecated in rmcp (SEP-2577); 2025-11-25 clients use it.
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -19,6 +29,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::approval::{self, Live, Sealer, SessionGrants, Stateless};
+use super::logging::{Logger, SessionLevel};
 use super::tools;
 use crate::approval::{Request, Verdict};
 use crate::executor::{CallHooks, Executor, ToolCall};
@@ -64,12 +75,14 @@ pub struct WardenServer {
     shared: Arc<Shared>,
     /// "Always for this session" answers; `None` where the transport has no session.
     grants: Option<Arc<SessionGrants>>,
+    /// The level `logging/setLevel` chose; on stateless HTTP it lasts one request.
+    log_level: Arc<SessionLevel>,
 }
 
 impl WardenServer {
     /// A handler for a transport with sessions (stdio) or without (stateless HTTP).
     pub fn new(shared: Arc<Shared>, sessions: bool) -> WardenServer {
-        WardenServer { shared, grants: sessions.then(Arc::default) }
+        WardenServer { shared, grants: sessions.then(Arc::default), log_level: Arc::default() }
     }
 }
 
@@ -92,8 +105,16 @@ impl Drop for CancelOnDrop {
 }
 
 impl ServerHandler for WardenServer {
+    #[allow(deprecated)] // enable_logging: see the import of SetLevelRequestParams.
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .enable_prompts()
+            .enable_resources()
+            .enable_completions()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("warden", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "warden runs these tools under a security policy: each runs in a sandbox limited to the \
@@ -107,6 +128,38 @@ impl ServerHandler for WardenServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.shared.tools.clone()))
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        Err(McpError::invalid_params(
+            format!("no prompt named {:?}: warden offers tools only", request.name),
+            Some(serde_json::json!({ "name": request.name })),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        Err(McpError::invalid_params(
+            "Resource not found: warden offers tools only",
+            Some(serde_json::json!({ "uri": request.uri })),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -128,6 +181,7 @@ impl ServerHandler for WardenServer {
         let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
         let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
         let progress = context.meta.get_progress_token();
+        let logger = Logger::for_request(&context, Some(&self.log_level));
 
         let asker = if shared.approver_only {
             None
@@ -212,6 +266,7 @@ impl ServerHandler for WardenServer {
         };
         on_drop.1 = true;
         let response = joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))?;
+        logger.refusal(&response).await;
 
         if let Some(s) = stateless
             && response.error.as_ref().is_some_and(|e| e.code == crate::ErrorCode::ApprovalRequired)

@@ -135,6 +135,52 @@ async def test_a_client_that_cannot_elicit_gets_an_error_naming_the_policy_line(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_refused_call_is_logged_at_warning_only_after_the_client_asks(warden, mode):
+    logs = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def refused(c):
+        r = await c.call_tool("write_file", {"path": "new.txt", "content": "x"})
+        assert r.is_error and text(r).startswith("APPROVAL_REQUIRED"), text(r)
+
+    # No level asked: nothing is sent.
+    async with Client(warden.stdio(), mode=mode, cache=None, logging_callback=on_log) as c:
+        await refused(c)
+    assert logs == [], logs
+    level = "warning" if mode != "legacy" else None
+    async with Client(warden.stdio(), mode=mode, cache=None, logging_callback=on_log, log_level=level) as c:
+        if mode == "legacy":
+            await c.set_logging_level("warning")
+        await refused(c)
+    assert len(logs) == 1, logs
+    assert logs[0].level == "warning" and logs[0].logger == "warden", logs
+    assert logs[0].data["tool"] == "write_file" and logs[0].data["code"] == "APPROVAL_REQUIRED", logs
+    # Above warning, a refusal is not sent.
+    logs.clear()
+    level = "error" if mode != "legacy" else None
+    async with Client(warden.stdio(), mode=mode, cache=None, logging_callback=on_log, log_level=level) as c:
+        if mode == "legacy":
+            await c.set_logging_level("error")
+        await refused(c)
+    assert logs == [], logs
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_no_prompts_or_resources_and_not_found_names_what(warden, mode):
+    async with Client(warden.stdio(), mode=mode, cache=None) as c:
+        assert (await c.list_prompts()).prompts == []
+        assert (await c.list_resources()).resources == []
+        with pytest.raises(Exception) as e:
+            await c.read_resource("test://nothing")
+        assert getattr(e.value, "error", None) is not None, e.value
+        assert e.value.error.code == -32602 and e.value.error.data == {"uri": "test://nothing"}, e.value.error
+
+
+@pytest.mark.anyio
 async def test_legacy_always_for_this_session_covers_later_ask_calls_only(warden):
     seen = []
     async with Client(warden.stdio(), mode="legacy", cache=None,

@@ -1,6 +1,7 @@
 //! Project chores: `cargo xtask tour`, `cargo xtask plugin new|build|check`
 //! (see `plugin.rs`), `cargo xtask escape` (see `escape.rs`),
-//! `cargo xtask fuzz` (see `fuzz.rs`) and `cargo xtask bench` (see `bench.rs`).
+//! `cargo xtask fuzz` (see `fuzz.rs`), `cargo xtask bench` (see `bench.rs`) and
+//! `cargo xtask conformance` (the MCP conformance suite, see `conformance.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod bench;
+mod conformance;
 mod escape;
 mod fuzz;
 mod plugin;
@@ -23,8 +25,9 @@ fn main() -> ExitCode {
         Some("escape") => escape::run(),
         Some("fuzz") => fuzz::run(&root(), &args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("conformance") => conformance::run(),
         _ => Err(format!(
-            "usage: cargo xtask tour\n       cargo xtask escape\n       {}\n       {}\n       {}",
+            "usage: cargo xtask tour\n       cargo xtask escape\n       cargo xtask conformance\n       {}\n       {}\n       {}",
             plugin::USAGE.trim_start_matches("usage: "),
             fuzz::USAGE.trim_start_matches("usage: "),
             bench::USAGE.trim_start_matches("usage: ")
