@@ -121,6 +121,11 @@ pub struct Record {
     /// command components): `{"exit_code": N}` or `{"signal": "SIGKILL"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<Value>,
+    /// What a content result (`warden:plugin@0.2.0`) held, as returned to the
+    /// caller: each block's type, MIME type and size in bytes, and the size of
+    /// its structured content; never the bytes themselves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -735,6 +740,7 @@ mod tests {
             sandbox: None,
             network: None,
             exit: None,
+            content: None,
         }
     }
 

@@ -186,7 +186,9 @@ impl ServerHandler for WardenServer {
             // Without an asker, the executor's own approver answers (`--approve yes|deny`).
             let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
                 if asker.is_some() { Some(&hook) } else { None };
-            worker.executor.call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch, tap: None })
+            worker
+                .executor
+                .call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch, tap: None, progress: None })
         });
 
         let started = Instant::now();
