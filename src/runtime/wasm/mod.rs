@@ -538,6 +538,7 @@ impl ComponentRuntime {
     /// The call runs on its own thread; if it has not finished by the timeout plus
     /// a grace period (for example blocked in a host call), it is abandoned with
     /// `TIMEOUT` and its epoch deadline ends it when it next runs guest code.
+    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
         plugin: &Arc<LoadedPlugin>,
