@@ -252,9 +252,16 @@ pub fn fit_content(v: Value, max: usize) -> (Value, bool) {
     }
     // Many small blocks: drop from the end, and say how many.
     let mut tail_dropped = 0usize;
-    while !blocks.is_empty() && doc_size(&o, &blocks) + 96 > max_doc {
-        blocks.pop();
-        tail_dropped += 1;
+    let mut total = doc_size(&o, &blocks);
+    if total > max_doc {
+        // Room for the text block that counts them.
+        const MARKER: usize = 128;
+        while total + MARKER > max_doc
+            && let Some(last) = blocks.pop()
+        {
+            total = total.saturating_sub(size(&last) + 1);
+            tail_dropped += 1;
+        }
     }
     if tail_dropped > 0 {
         dropped_blocks += tail_dropped;
