@@ -13,13 +13,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "wasm32-wasip2";
-const PLUGINS: &[&str] = &["fs", "net", "testkit"];
+const PLUGINS: &[&str] = &["conformance", "fs", "net", "testkit"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let plugins = root.join("plugins");
     for p in [
         "wit",
+        "wit-0.2.0",
+        "conformance/src",
+        "conformance/Cargo.toml",
         "fs/src",
         "fs/Cargo.toml",
         "net/src",
@@ -86,6 +89,8 @@ fn main() {
 fn finish(out: &Path) {
     use sha2::Digest;
     println!("cargo:rustc-env=WARDEN_TESTKIT_WASM={}", out.join("testkit.wasm").display());
+    // The warden:plugin@0.2.0 fixture of the MCP tests (plugins/conformance).
+    println!("cargo:rustc-env=WARDEN_CONFORMANCE_WASM={}", out.join("conformance.wasm").display());
     let fs = std::fs::read(out.join("fs.wasm")).expect("the fs component was just placed in OUT_DIR");
     println!("cargo:rustc-env=WARDEN_BUILTIN_FS_SHA256={}", hex::encode(sha2::Sha256::digest(&fs)));
     let net = std::fs::read(out.join("net.wasm")).expect("the net component was just placed in OUT_DIR");

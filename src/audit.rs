@@ -128,6 +128,11 @@ pub struct Record {
     /// `{"hit": false}`, or `{"hit": false, "bypassed": why}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<Value>,
+    /// What a content result (`warden:plugin@0.2.0`) held, as returned to the
+    /// caller: each block's type, MIME type and size in bytes, and the size of
+    /// its structured content; never the bytes themselves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -744,6 +749,7 @@ mod tests {
             exit: None,
             profile: None,
             cache: None,
+            content: None,
         }
     }
 

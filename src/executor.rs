@@ -90,6 +90,9 @@ pub struct CallHooks<'a> {
     pub cancel: Cancel,
     /// Sees a program's output as it arrives (process tools, command components).
     pub tap: Option<crate::runtime::OutputTap>,
+    /// Sees the call's progress reports (`warden:plugin@0.2.0` components);
+    /// without it they go to `tap` as lines.
+    pub progress: Option<crate::runtime::ProgressSink>,
 }
 
 /// The response to one call: what `call` prints and `exec` wraps.
@@ -201,6 +204,8 @@ struct Trace {
     cache: Option<Value>,
     /// The cache entry to fill with a successful result.
     cache_probe: Option<crate::cache::Probe>,
+    /// The kinds and sizes of a content result's blocks (never their bytes).
+    content: Option<Value>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -300,6 +305,7 @@ impl Executor {
             exit: None,
             cache: None,
             cache_probe: None,
+            content: None,
         };
 
         let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
@@ -359,6 +365,7 @@ impl Executor {
             exit: trace.exit,
             profile: self.policy.profile.as_ref().map(|p| p.name.clone()),
             cache: trace.cache,
+            content: trace.content,
         };
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
@@ -529,7 +536,7 @@ impl Executor {
             trace.network = self.servers.network(&st.server);
             let (RunOutput { value, usage, .. }, sandbox) = run?;
             trace.sandbox = Some(sandbox);
-            return Ok(self.shape(spec, value, usage, trace));
+            return Ok(self.shape(spec, value, usage, false, trace));
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
         let run = match (&spec.runner, &ready.plugin) {
@@ -547,7 +554,15 @@ impl Executor {
             }
             (Runner::Plugin(_), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(plugin, name, call.args.to_string(), &walls, &hooks.cancel, hooks.tap.as_ref())
+                self.runtime.call(
+                    plugin,
+                    name,
+                    call.args.to_string(),
+                    &walls,
+                    &hooks.cancel,
+                    hooks.tap.as_ref(),
+                    hooks.progress.as_ref(),
+                )
             }
             (Runner::Command(command), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
@@ -563,7 +578,7 @@ impl Executor {
         };
         // Whatever the outcome, the record keeps what the call asked of the network.
         trace.network = walls.journal.take();
-        let RunOutput { value, usage, sandbox } = run?;
+        let RunOutput { value, usage, sandbox, blocks } = run?;
         if matches!(spec.runner, Runner::Process(_) | Runner::Command(_)) {
             let mut exit = serde_json::Map::new();
             for key in ["exit_code", "signal"] {
@@ -576,15 +591,17 @@ impl Executor {
         if sandbox.is_some() {
             trace.sandbox = sandbox;
         }
-        Ok(self.shape(spec, value, usage, trace))
+        Ok(self.shape(spec, value, usage, blocks, trace))
     }
 
-    /// Sanitises and truncates a result to the tool's `max_output`.
+    /// Sanitises and truncates a result to the tool's `max_output`; a content
+    /// result (`blocks`) block by block, its kinds and sizes noted for the audit record.
     fn shape(
         &self,
         spec: &crate::policy::ToolSpec,
         value: Value,
         usage: crate::runtime::Usage,
+        blocks: bool,
         trace: &mut Trace,
     ) -> (Value, bool) {
         let streams_truncated = usage.truncated;
@@ -595,7 +612,13 @@ impl Executor {
             fields.insert("network".into(), crate::egress::journal::summary(network));
         }
         let max = usize::try_from(spec.limits.max_output).unwrap_or(usize::MAX);
-        let (value, cut) = shape::truncate(shape::sanitize(value), max);
+        let (value, cut) = if blocks {
+            let fitted = shape::fit_content(shape::sanitize(value), max);
+            trace.content = shape::content_summary(&fitted.0);
+            fitted
+        } else {
+            shape::truncate(shape::sanitize(value), max)
+        };
         if let Some(u) = trace.usage.as_mut() {
             u.truncated |= cut;
         }

@@ -8,6 +8,9 @@
 //!   and its tail around a marker that counts what was dropped; an array keeps its leading items plus a marker item;
 //!   an object first shrinks its largest members, and if that is not enough it is
 //!   wrapped as `{"truncated_json": "<prefix of its JSON>", "original_bytes": N}`.
+//! * **Content results** (MCP content blocks from `warden:plugin@0.2.0`
+//!   components) are fitted block by block ([`fit_content`]): binaries are
+//!   dropped whole, never cut, and the result counts what was dropped.
 
 #![forbid(unsafe_code)]
 
@@ -167,6 +170,166 @@ fn shrink_object(mut o: Map<String, Value>, max: usize) -> Value {
     }
 }
 
+/// The part of a content result that is largest: a block (by index) or the structured content.
+enum Largest {
+    Block(usize, usize),
+    Structured(usize),
+}
+
+/// Fits an MCP content result (`{"content": [blocks], "structuredContent": {…}}`,
+/// what a `warden:plugin@0.2.0` component returns) to `max` bytes of JSON,
+/// base64 counted as the bytes it takes. The largest part gives first, until
+/// the whole fits:
+///
+/// * an image, audio or blob block is never cut inside (a partial image is
+///   garbage): it is dropped whole and replaced by a text block saying what was
+///   dropped (`[warden: image block (image/png, 70000 bytes) dropped: …]`);
+/// * a text block (or a text resource) keeps its head and tail around a marker,
+///   like any string ([`truncate`]);
+/// * the structured content is shrunk like any object ([`truncate`]);
+/// * if many small blocks still do not fit, trailing blocks are dropped and a
+///   last text block counts them.
+///
+/// A cut result gains `"dropped": {"blocks": N, "bytes": M}` (whole blocks
+/// dropped, and the JSON bytes removed in all). Returns it and whether anything
+/// was cut. A value of another shape is [`truncate`]d.
+pub fn fit_content(v: Value, max: usize) -> (Value, bool) {
+    let max = max.max(256);
+    if size(&v) <= max {
+        return (v, false);
+    }
+    let Value::Object(mut o) = v else { return truncate(v, max) };
+    let Some(Value::Array(mut blocks)) = o.get_mut("content").map(Value::take) else {
+        return truncate(Value::Object(o), max);
+    };
+    let original = size(&Value::Object(o.clone())) + size(&Value::Array(blocks.clone()));
+    // Room for the `dropped` member added at the end.
+    let max_doc = max.saturating_sub(64);
+    let doc_size = |o: &Map<String, Value>, blocks: &[Value]| {
+        size(&Value::Object(o.clone())) - 2 + serde_json::to_vec(blocks).map_or(usize::MAX, |b| b.len())
+    };
+    let mut dropped_blocks = 0usize;
+    for _ in 0..64 {
+        let total = doc_size(&o, &blocks);
+        if total <= max_doc {
+            break;
+        }
+        let excess = total - max_doc;
+        let structured = o.get("structuredContent").map_or(0, size);
+        let largest = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i, size(b)))
+            .max_by_key(|(_, s)| *s)
+            .filter(|(_, s)| *s >= structured)
+            .map_or(Largest::Structured(structured), |(i, s)| Largest::Block(i, s));
+        match largest {
+            Largest::Structured(s) if s > 128 => {
+                let sc = o.get_mut("structuredContent").map(Value::take).unwrap_or(Value::Null);
+                o.insert("structuredContent".into(), truncate(sc, s.saturating_sub(excess)).0);
+            }
+            Largest::Block(i, s) if s > 128 => {
+                let block = &mut blocks[i];
+                let kind = block.get("type").and_then(Value::as_str).unwrap_or("?").to_string();
+                let text = match kind.as_str() {
+                    "text" => block.get_mut("text"),
+                    "resource" => block.get_mut("resource").and_then(|r| r.get_mut("text")),
+                    _ => None,
+                };
+                match text {
+                    Some(t) if t.is_string() && s > excess + 192 => {
+                        let budget = size(t).saturating_sub(excess);
+                        *t = shrink(t.take(), budget);
+                    }
+                    _ => {
+                        *block = dropped_block(block, &kind);
+                        dropped_blocks += 1;
+                    }
+                }
+            }
+            _ => break,
+        }
+    }
+    // Many small blocks: drop from the end, and say how many.
+    let mut tail_dropped = 0usize;
+    let mut total = doc_size(&o, &blocks);
+    if total > max_doc {
+        // Room for the text block that counts them.
+        const MARKER: usize = 128;
+        while total + MARKER > max_doc
+            && let Some(last) = blocks.pop()
+        {
+            total = total.saturating_sub(size(&last) + 1);
+            tail_dropped += 1;
+        }
+    }
+    if tail_dropped > 0 {
+        dropped_blocks += tail_dropped;
+        blocks.push(json!({"type": "text", "text": format!("[warden: {tail_dropped} more content blocks dropped: the result is over limits.max_output]")}));
+    }
+    let kept = doc_size(&o, &blocks);
+    o.insert("content".into(), Value::Array(blocks));
+    if size(&Value::Object(o.clone())) > max {
+        // Nothing left that can give (an enormous structured content of tiny members was shrunk already).
+        return truncate(Value::Object(o), max);
+    }
+    o.insert("dropped".into(), json!({"blocks": dropped_blocks, "bytes": original.saturating_sub(kept)}));
+    (Value::Object(o), true)
+}
+
+/// The text block that stands for a binary block dropped whole.
+fn dropped_block(block: &Value, kind: &str) -> Value {
+    let (mime, data) = match kind {
+        "resource" => {
+            let r = block.get("resource");
+            (r.and_then(|r| r.get("mimeType")), r.and_then(|r| r.get("blob").or_else(|| r.get("text"))))
+        }
+        _ => (block.get("mimeType"), block.get("data")),
+    };
+    let mime = mime.and_then(Value::as_str).map(|m| format!("{m}, ")).unwrap_or_default();
+    let bytes = data.and_then(Value::as_str).map_or(0, decoded_len);
+    json!({"type": "text", "text": format!("[warden: {kind} block ({mime}{bytes} bytes) dropped: the result is over limits.max_output]")})
+}
+
+/// The bytes a base64 text decodes to.
+fn decoded_len(s: &str) -> usize {
+    (s.len() / 4 * 3).saturating_sub(s.bytes().rev().take(2).filter(|&b| b == b'=').count())
+}
+
+/// What the audit record keeps of an MCP content result: each block's kind, MIME
+/// type and size in bytes (decoded size for binaries), never the bytes.
+pub fn content_summary(value: &Value) -> Option<Value> {
+    let blocks = value.get("content")?.as_array()?;
+    let decoded = decoded_len;
+    let list: Vec<Value> = blocks
+        .iter()
+        .map(|b| {
+            let kind = b.get("type").and_then(Value::as_str).unwrap_or("?");
+            let (mime, bytes) = match kind {
+                "text" => (None, b.get("text").and_then(Value::as_str).map_or(0, str::len)),
+                "image" | "audio" => (b.get("mimeType"), b.get("data").and_then(Value::as_str).map_or(0, decoded)),
+                "resource" => {
+                    let r = b.get("resource");
+                    let text = r.and_then(|r| r.get("text")).and_then(Value::as_str).map(str::len);
+                    let blob = r.and_then(|r| r.get("blob")).and_then(Value::as_str).map(decoded);
+                    (r.and_then(|r| r.get("mimeType")), text.or(blob).unwrap_or(0))
+                }
+                _ => (None, 0),
+            };
+            let mut o = json!({"type": kind, "bytes": bytes});
+            if let Some(m) = mime {
+                o["mime_type"] = m.clone();
+            }
+            o
+        })
+        .collect();
+    let mut doc = json!({"blocks": list});
+    if let Some(s) = value.get("structuredContent") {
+        doc["structured_bytes"] = json!(serde_json::to_vec(s).map_or(0, |v| v.len()));
+    }
+    Some(doc)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +405,65 @@ mod tests {
     fn small_results_are_untouched() {
         let v = json!({"a": [1, 2, 3]});
         assert_eq!(truncate(v.clone(), 1000), (v, false));
+    }
+
+    fn png(bytes: usize) -> Value {
+        json!({"type": "image", "data": "A".repeat(bytes.div_ceil(3) * 4), "mimeType": "image/png"})
+    }
+
+    #[test]
+    fn content_that_fits_is_untouched() {
+        let v = json!({"content": [{"type": "text", "text": "hi"}, png(100)], "structuredContent": {"a": 1}});
+        assert_eq!(fit_content(v.clone(), 4096), (v, false));
+    }
+
+    #[test]
+    fn an_oversize_image_is_dropped_whole_with_a_marker_and_counted() {
+        let v = json!({"content": [{"type": "text", "text": "caption"}, png(70_000)]});
+        let (out, cut) = fit_content(v, 4096);
+        assert!(cut);
+        assert!(size(&out) <= 4096, "{} bytes", size(&out));
+        assert_eq!(out["content"][0], json!({"type": "text", "text": "caption"}));
+        let marker = out["content"][1]["text"].as_str().unwrap_or_default();
+        assert_eq!(
+            marker,
+            "[warden: image block (image/png, 70002 bytes) dropped: the result is over limits.max_output]"
+        );
+        assert_eq!(out["dropped"]["blocks"], 1);
+        assert!(out["dropped"]["bytes"].as_u64().unwrap_or(0) > 90_000, "{out}");
+        assert_eq!(content_summary(&out).map(|s| s["blocks"].as_array().map(Vec::len)), Some(Some(2)));
+    }
+
+    #[test]
+    fn a_small_image_survives_while_a_long_text_gives_head_and_tail() {
+        let text = format!("HEAD{}TAIL", "x".repeat(50_000));
+        let v = json!({"content": [{"type": "text", "text": text}, png(300)]});
+        let (out, cut) = fit_content(v, 8192);
+        assert!(cut && size(&out) <= 8192, "{} bytes", size(&out));
+        let t = out["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(t.starts_with("HEAD") && t.ends_with("TAIL") && t.contains("[truncated "), "{t}");
+        assert_eq!(out["content"][1]["type"], "image");
+        assert_eq!(out["dropped"]["blocks"], 0);
+    }
+
+    #[test]
+    fn many_small_blocks_keep_the_leading_ones_and_count_the_rest() {
+        let blocks: Vec<Value> = (0..2000).map(|i| json!({"type": "text", "text": format!("line {i}")})).collect();
+        let (out, cut) = fit_content(json!({"content": blocks}), 2048);
+        assert!(cut && size(&out) <= 2048, "{} bytes", size(&out));
+        let c = out["content"].as_array().cloned().unwrap_or_default();
+        assert_eq!(c[0]["text"], "line 0");
+        let last = c.last().and_then(|b| b["text"].as_str()).unwrap_or_default();
+        assert!(last.contains("more content blocks dropped"), "{last}");
+        assert_eq!(out["dropped"]["blocks"].as_u64(), Some(2000 - (c.len() as u64 - 1)));
+    }
+
+    #[test]
+    fn a_large_structured_content_is_shrunk_and_blocks_kept() {
+        let v = json!({"content": [{"type": "text", "text": "ok"}], "structuredContent": {"rows": "r".repeat(20_000)}});
+        let (out, cut) = fit_content(v, 4096);
+        assert!(cut && size(&out) <= 4096, "{} bytes", size(&out));
+        assert_eq!(out["content"][0]["text"], "ok");
+        assert!(out["structuredContent"].is_object());
     }
 }

@@ -229,7 +229,7 @@ fn a_cancelled_component_stops_before_its_timeout() {
     use warden::runtime::Cancel;
 
     let k = kit("");
-    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None };
+    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None };
     let switch = hooks.cancel.clone();
     let canceller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
@@ -347,7 +347,7 @@ mod protected_paths {
 
     impl Fs {
         fn call(&self, tool: &str, args: Value) -> Result<Value, CallError> {
-            self.rt.call(&self.fs, tool, args.to_string(), &self.walls, &Cancel::new(), None).map(|o| o.value)
+            self.rt.call(&self.fs, tool, args.to_string(), &self.walls, &Cancel::new(), None, None).map(|o| o.value)
         }
 
         /// The call fails with PERMISSION_DENIED, naming `path` and `key`.

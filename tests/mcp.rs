@@ -1,7 +1,8 @@
 //! `warden serve` end to end against MCP clients this project did not write:
 //! the official Python SDK (`mcp` 2.3, in a virtualenv under the target
 //! directory) runs `tests/mcp/*.py` with pytest, and the MCP Inspector CLI
-//! (npm `@modelcontextprotocol/inspector` 0.15) lists and calls tools.
+//! (npm `@modelcontextprotocol/inspector` 0.15) lists and calls tools, among
+//! them a `warden:plugin@0.2.0` component's image (`tests/mcp/test_rich.py`).
 //!
 //! Both are installed here on first use, from PyPI and npm, so `cargo test`
 //! needs only `python3` (with venv) and `npm` on the machine; `.ci/run` installs
@@ -79,6 +80,8 @@ fn python_sdk_and_inspector_end_to_end() {
         .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
         .env("WARDEN_CACHE_DIR", tmp().join("warden-test-cache"))
         .env("INSPECTOR_CLI", &cli)
+        // The warden:plugin@0.2.0 fixture (plugins/conformance) for test_rich.py.
+        .env("WARDEN_CONFORMANCE_WASM", env!("WARDEN_CONFORMANCE_WASM"))
         .env_remove("WARDEN_HTTP_TOKEN")
         .env_remove("WARDEN_STATE_KEY")
         .output()
@@ -87,7 +90,7 @@ fn python_sdk_and_inspector_end_to_end() {
     println!("{report}");
     assert!(out.status.success(), "the MCP end-to-end suite failed:\n{report}");
     // The suite really ran: every test file contributed.
-    for file in ["test_stdio.py", "test_robustness.py", "test_http.py"] {
+    for file in ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py"] {
         assert!(report.contains(file), "{file} did not run:\n{report}");
     }
 }

@@ -75,6 +75,8 @@ fn a_new_plugin_builds_reproducibly_runs_under_its_snippet_and_is_checked() {
     for f in ["Cargo.toml", "Cargo.lock", "src/lib.rs", "README.md", "wit/tool.wit", "rust-toolchain.toml"] {
         assert!(crate_dir.join(f).is_file(), "the scaffold lacks {f}");
     }
+    let wit = std::fs::read_to_string(crate_dir.join("wit/tool.wit")).unwrap();
+    assert!(wit.starts_with("package warden:plugin@0.2.0;"), "the scaffold's WIT is not 0.2.0:\n{wit}");
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
     assert!(manifest.contains("[workspace]") && manifest.contains("codegen-units = 1"), "{manifest}");
     // Names are checked, and nothing existing is overwritten.
@@ -131,7 +133,9 @@ fn a_new_plugin_builds_reproducibly_runs_under_its_snippet_and_is_checked() {
     let out = warden(&["--approve", "yes", "call", "greet", r#"{"name":"x"}"#]);
     assert!(out.status.success(), "{out:?}");
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(result["result"]["greeting"], "Hello, x!", "{result}");
+    // A warden:plugin@0.2.0 component: a text block, and the greeting as structured content.
+    assert_eq!(result["result"]["content"][0], serde_json::json!({"type": "text", "text": "Hello, x!"}), "{result}");
+    assert_eq!(result["result"]["structuredContent"]["greeting"], "Hello, x!", "{result}");
     // The schema bounds the input before the plugin runs.
     let out = warden(&["--approve", "yes", "call", "greet", &format!(r#"{{"name":"{}"}}"#, "x".repeat(101))]);
     assert!(!out.status.success(), "{out:?}");

@@ -272,7 +272,7 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
         // Only the timeout case needs a short limit; the others get time to reach theirs.
         let limit = if name == "timeout" { Duration::from_secs(1) } else { Duration::from_secs(10) };
         let walls = scene.walls(&[], limit);
-        let out = runtime.call(&plugin, tool, args.to_string(), &walls, &Cancel::new(), None);
+        let out = runtime.call(&plugin, tool, args.to_string(), &walls, &Cancel::new(), None, None);
         let (observed, contained) = match (&out, name) {
             (Ok(o), "output flood") => {
                 (format!("produced {} bytes, truncated {}", o.usage.output_bytes, o.usage.truncated), o.usage.truncated)

@@ -13,6 +13,10 @@
 //! | an array of OpenAI items or Anthropic blocks       | an array of the matching results            |
 //!
 //! The `content` of each result is the call's result document as JSON text.
+//! Chat tool results carry text only, so the bytes of image, audio and blob
+//! blocks of a content result (`warden:plugin@0.2.0`) are left out: each such
+//! block keeps its type, MIME type and size, and an `omitted` note saying
+//! where the bytes can be had (`warden serve`, or `warden call`).
 //! Several calls run concurrently; results keep the input order. The exit code
 //! is that of the first call (in input order) that did not succeed.
 
@@ -85,8 +89,42 @@ fn with_arguments(name: &str, arguments: Option<&Value>) -> ToolCall {
     call
 }
 
+/// `doc` without the bytes of binary content blocks (see the module docs).
+fn text_only(doc: &Value) -> std::borrow::Cow<'_, Value> {
+    let binary = |b: &Value| {
+        matches!(b.get("type").and_then(Value::as_str), Some("image" | "audio"))
+            || b.pointer("/resource/blob").is_some()
+    };
+    let Some(blocks) = doc.pointer("/result/content").and_then(Value::as_array) else {
+        return std::borrow::Cow::Borrowed(doc);
+    };
+    if !blocks.iter().any(binary) {
+        return std::borrow::Cow::Borrowed(doc);
+    }
+    let mut doc = doc.clone();
+    if let Some(blocks) = doc.pointer_mut("/result/content").and_then(Value::as_array_mut) {
+        for b in blocks.iter_mut().filter(|b| binary(b)) {
+            let data = match b.get_mut("resource").and_then(Value::as_object_mut) {
+                Some(r) => r.remove("blob"),
+                None => b.as_object_mut().and_then(|o| o.remove("data")),
+            };
+            let encoded = data.as_ref().and_then(Value::as_str).map_or(0, str::len);
+            let bytes = (encoded / 4 * 3).saturating_sub(
+                data.as_ref()
+                    .and_then(Value::as_str)
+                    .map_or(0, |s| s.bytes().rev().take(2).filter(|&c| c == b'=').count()),
+            );
+            b["bytes"] = json!(bytes);
+            b["omitted"] = json!(
+                "binary content is not carried in a chat tool result; `warden serve` (MCP) or `warden call` returns it"
+            );
+        }
+    }
+    std::borrow::Cow::Owned(doc)
+}
+
 fn result_message(p: &Parsed, doc: &Value, ok: bool) -> Value {
-    let content = doc.to_string();
+    let content = text_only(doc).to_string();
     match p.shape {
         Shape::OpenAi => json!({"role": "tool", "tool_call_id": p.id, "content": content}),
         Shape::Anthropic => json!({"type": "tool_result", "tool_use_id": p.id, "content": content, "is_error": !ok}),

@@ -564,6 +564,7 @@ fn reach(import: &str) -> String {
         "wasi:random" => "random numbers".into(),
         "wasi:cli" => "environment, stdin/stdout/stderr, exit (warden gives only what a policy sets)".into(),
         "wasi:io" => "streams and polling".into(),
+        "warden:plugin" => "progress reports of a running call (warden:plugin@0.2.0's host interface)".into(),
         other => format!("{other}: not a WASI interface warden provides, so the component will not load"),
     }
 }

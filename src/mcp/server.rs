@@ -10,8 +10,12 @@
 //! Every call goes through the same [`Executor`] as `warden call`, on a blocking
 //! thread, with the MCP client as its approval channel (see [`super::approval`])
 //! and a cancel switch that `notifications/cancelled` (or a dropped request)
-//! turns on. Calls that run longer than a second report progress once a second
-//! when the client asked for it with a progress token.
+//! turns on. When the client asked for progress (a progress token), a tool's
+//! own reports (a `warden:plugin@0.2.0` component's `progress` import, already
+//! bounded and rate-limited by the runtime) become `notifications/progress`
+//! with numeric `progress` and `total`, strictly increasing, all sent before
+//! the response; a call that reports nothing of its own and runs longer than a
+//! second reports its running time once a second instead.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,12 +37,15 @@ use super::logging::{Logger, SessionLevel};
 use super::tools;
 use crate::approval::{Request, Verdict};
 use crate::executor::{CallHooks, Executor, ToolCall};
-use crate::runtime::Cancel;
+use crate::runtime::{Cancel, Progress, ProgressSink};
 
 /// The most calls one server runs at once; more wait for a slot.
 pub const MAX_CONCURRENT_CALLS: usize = 16;
 /// How often a long call reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Progress reports of one call waiting to be sent at most; more are dropped
+/// (the runtime sends at most 20 a second, so this is never reached in practice).
+const PROGRESS_QUEUE: usize = 64;
 
 /// What every connection of one server shares.
 pub struct Shared {
@@ -227,6 +234,14 @@ impl ServerHandler for WardenServer {
         let mut on_drop = CancelOnDrop(cancel.clone(), false);
         let switch = cancel.clone();
         let worker = shared.clone();
+        // The tool's own progress reports, when the client asked for progress.
+        let (reports_tx, mut reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_QUEUE);
+        let sink: Option<ProgressSink> = progress.is_some().then(|| {
+            let sink: ProgressSink = Arc::new(move |p: &Progress| {
+                let _ = reports_tx.try_send(p.clone());
+            });
+            sink
+        });
         let mut call = tokio::task::spawn_blocking(move || {
             let hook = |req: &Request<'_>| -> Verdict {
                 match &asker {
@@ -240,12 +255,17 @@ impl ServerHandler for WardenServer {
             // Without an asker, the executor's own approver answers (`--approve yes|deny`).
             let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
                 if asker.is_some() { Some(&hook) } else { None };
-            worker.executor.call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch, tap: None })
+            worker
+                .executor
+                .call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch, tap: None, progress: sink })
         });
 
         let started = Instant::now();
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         let mut watching = true;
+        // The last progress value sent: each one sent is greater.
+        let mut last: Option<f64> = None;
+        let mut own_reports = false;
         let joined = loop {
             tokio::select! {
                 r = &mut call => break r,
@@ -254,16 +274,31 @@ impl ServerHandler for WardenServer {
                     cancel.cancel();
                     watching = false;
                 }
-                _ = ticks.tick(), if progress.is_some() => {
+                Some(p) = reports.recv(), if progress.is_some() => {
+                    own_reports = true;
+                    if let Some(token) = progress.clone() {
+                        send_report(&context, token, &p, &mut last).await;
+                    }
+                }
+                _ = ticks.tick(), if progress.is_some() && !own_reports => {
                     if let Some(token) = progress.clone() {
                         let secs = started.elapsed().as_secs_f64().floor();
-                        let note = ProgressNotificationParam::new(token, secs)
-                            .with_message(format!("{} running for {secs:.0}s", request.name));
-                        let _ = context.peer.notify_progress(note).await;
+                        if last.is_none_or(|l| secs > l) {
+                            last = Some(secs);
+                            let note = ProgressNotificationParam::new(token, secs)
+                                .with_message(format!("{} running for {secs:.0}s", request.name));
+                            let _ = context.peer.notify_progress(note).await;
+                        }
                     }
                 }
             }
         };
+        // Reports made just before the call returned go out before its response.
+        while let Ok(p) = reports.try_recv() {
+            if let Some(token) = progress.clone() {
+                send_report(&context, token, &p, &mut last).await;
+            }
+        }
         on_drop.1 = true;
         let response = joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))?;
         logger.refusal(&response).await;
@@ -276,4 +311,26 @@ impl ServerHandler for WardenServer {
         }
         Ok(tools::result(&response).into())
     }
+}
+
+/// Sends one of the tool's own progress reports, if it is greater than the last one sent.
+async fn send_report(
+    context: &RequestContext<RoleServer>,
+    token: rmcp::model::ProgressToken,
+    p: &Progress,
+    last: &mut Option<f64>,
+) {
+    let done = p.done as f64;
+    if last.is_some_and(|l| done <= l) {
+        return;
+    }
+    *last = Some(done);
+    let mut note = ProgressNotificationParam::new(token, done);
+    if let Some(total) = p.total {
+        note = note.with_total(total as f64);
+    }
+    if !p.message.is_empty() {
+        note = note.with_message(p.message.clone());
+    }
+    let _ = context.peer.notify_progress(note).await;
 }

@@ -76,19 +76,25 @@ fn tool(entry: &Entry) -> Tool {
     Tool::new(spec.name.clone(), text, Arc::new(schema)).with_annotations(annotations)
 }
 
-/// The content blocks of a result shaped like a wrapped server's (`{"content": [...]}`,
-/// maybe with `structuredContent`), when they parse as MCP content.
+/// The content blocks of a content result (`{"content": [...]}`, maybe with
+/// `structuredContent`, and `dropped` when warden fitted it to `max_output`):
+/// a wrapped server's, or a `warden:plugin@0.2.0` component's, when they parse as MCP content.
 fn server_content(value: &Value) -> Option<Vec<ContentBlock>> {
     let o = value.as_object()?;
-    if !o.keys().all(|k| k == "content" || k == "structuredContent") {
+    if !o.keys().all(|k| k == "content" || k == "structuredContent" || k == "dropped") {
         return None;
     }
     serde_json::from_value(o.get("content")?.clone()).ok()
 }
 
-/// The MCP result of a response: success is the tool's result as text (a
-/// wrapped server's own content blocks) plus the whole result document as
-/// `structuredContent`; everything else `isError`.
+/// The MCP result of a response. Success is the tool's result as text plus
+/// the whole result document as `structuredContent`; a content result (a
+/// wrapped server's or a 0.2.0 component's blocks: text, image, audio,
+/// resource) goes through as its blocks, with the tool's own
+/// `structuredContent` (if it gave one: a text block carries its JSON when
+/// there are no blocks), and warden's result document without the result
+/// (status, call id, truncated, dropped) under `_meta["warden/call"]`, so that
+/// images are not sent twice. Everything else is `isError`.
 pub fn result(response: &CallResponse) -> CallToolResult {
     let doc = response.to_json();
     let mut r = match response.status {
@@ -97,11 +103,27 @@ pub fn result(response: &CallResponse) -> CallToolResult {
             // A wrapped MCP server's content goes through as the server gave it
             // (sanitised and bounded by the executor).
             if let Some(mut blocks) = server_content(&value) {
+                let structured = value.get("structuredContent").cloned();
+                if blocks.is_empty()
+                    && let Some(s) = &structured
+                {
+                    blocks.push(ContentBlock::text(s.to_string()));
+                }
                 if response.truncated {
                     blocks.push(ContentBlock::text("[warden: the result was truncated at limits.max_output]"));
                 }
                 let mut r = CallToolResult::success(blocks);
-                r.structured_content = Some(doc);
+                r.structured_content = structured;
+                let mut call = doc;
+                if let Some(o) = call.as_object_mut() {
+                    o.remove("result");
+                    if let Some(d) = value.get("dropped") {
+                        o.insert("dropped".into(), d.clone());
+                    }
+                }
+                let mut meta = JsonObject::new();
+                meta.insert("warden/call".into(), call);
+                r.meta = Some(meta.into());
                 return r;
             }
             let mut text = match &value {

@@ -57,6 +57,23 @@ pub enum Stream {
 /// (`warden call --stream`): process tools and command components.
 pub type OutputTap = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
 
+/// One progress report of a running call (a `warden:plugin@0.2.0` component's
+/// `progress` import), already bounded: `done` increased since the last
+/// report, `total` (when given) is at least `done`, the message is clean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// Units done so far.
+    pub done: u64,
+    /// Units in all, when known.
+    pub total: Option<u64>,
+    /// What is happening (at most 256 bytes).
+    pub message: String,
+}
+
+/// Sees a call's progress reports as they come (`warden serve` turns them into
+/// MCP `notifications/progress`).
+pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
+
 /// What a call used.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Usage {
@@ -132,6 +149,10 @@ pub struct RunOutput {
     pub usage: Usage,
     /// The sandbox as the runtime confirmed it after the run, when it reports one.
     pub sandbox: Option<SandboxReport>,
+    /// The value is MCP content (`{"content": [blocks], "structuredContent": {…}}`,
+    /// from a `warden:plugin@0.2.0` component): it is fitted to `max_output`
+    /// block by block ([`crate::shape::fit_content`]), never cut inside a binary.
+    pub blocks: bool,
 }
 
 /// Everything one call may reach: directories, environment, network and limits.

@@ -5,7 +5,8 @@
 //! table, its own `Cargo.lock` and the builtin plugins' release profile), so it
 //! builds the same inside warden's `plugins/` directory and anywhere else, and
 //! warden's build.rs (which builds only the members of `plugins/Cargo.toml`)
-//! never builds it. In `plugins/` it uses the shared `plugins/wit`; elsewhere
+//! never builds it. It targets `warden:plugin@0.2.0` (content blocks and
+//! progress): in `plugins/` it uses the shared `plugins/wit-0.2.0`; elsewhere
 //! the WIT is copied into it, so it does not depend on this repository.
 //!
 //! `build` also builds the builtin plugins (`fs`, `testkit`): cargo finds their
@@ -41,7 +42,7 @@ usage: cargo xtask plugin new NAME [--dir DIR]
                     `cargo build --locked --bin warden` in this repository)";
 
 /// Directory names under a plugins directory that are not plugins.
-const NOT_PLUGINS: &[&str] = &["wit", "target"];
+const NOT_PLUGINS: &[&str] = &["wit", "wit-0.2.0", "target"];
 
 /// Names cargo or rustc refuse for a crate, or that would shadow one.
 const RESERVED: &str = "\
@@ -250,12 +251,15 @@ fn scaffold(layout: &Layout, name: &str, crate_dir: &Path) -> Result<(), String>
 
     let (wit_path, wit_note) = if layout.in_repo {
         (
-            "../wit",
-            "\n  It is the shared `plugins/wit`: to move this plugin out of warden's repository, copy `plugins/wit`\n  \
-             into it as `wit/` and change `path` in `src/lib.rs` to \"wit\".",
+            "../wit-0.2.0",
+            "\n  It is the shared `plugins/wit-0.2.0`: to move this plugin out of warden's repository, copy \
+             `plugins/wit-0.2.0`\n  into it as `wit/` and change `path` in `src/lib.rs` to \"wit\".",
         )
     } else {
-        ("wit", "\n  A copy of warden's `plugins/wit`, so that this plugin does not depend on warden's repository.")
+        (
+            "wit",
+            "\n  A copy of warden's `plugins/wit-0.2.0`, so that this plugin does not depend on warden's repository.",
+        )
     };
     let out = layout.wasm(name);
     let fill = |template: &str| {
@@ -277,7 +281,7 @@ fn scaffold(layout: &Layout, name: &str, crate_dir: &Path) -> Result<(), String>
         (crate_dir.join("rustfmt.toml"), read(&plugins.join("rustfmt.toml"))?),
     ];
     if !layout.in_repo {
-        files.push((crate_dir.join("wit/tool.wit"), read(&plugins.join("wit/tool.wit"))?));
+        files.push((crate_dir.join("wit/tool.wit"), read(&plugins.join("wit-0.2.0/tool.wit"))?));
         // Outside the repository, pin the toolchain warden's plugins are built with (a reproducible
         // build needs the same rustc), with the wasm target.
         files.push((crate_dir.join("rust-toolchain.toml"), toolchain_file()?));
@@ -769,7 +773,7 @@ fn inspect(warden: &Path, wasm: &Path) -> Result<Value, String> {
         Ok(doc) if matches!(out.status.code(), Some(0 | 1)) => Ok(doc),
         _ => Err(format!(
             "{} is not a warden plugin: `warden plugin inspect` says: {}; a plugin is a component built for {TARGET} \
-             that exports the `plugin` world (plugins/wit/tool.wit)",
+             that exports the `plugin` world (plugins/wit-0.2.0/tool.wit, or 0.1.0's plugins/wit/tool.wit)",
             wasm.display(),
             stderr.trim().trim_start_matches("warden: ")
         )),

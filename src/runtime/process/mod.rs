@@ -523,7 +523,7 @@ impl ProcessRuntime {
         if self.mode == SandboxMode::BestEffort {
             value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths});
         }
-        Ok(RunOutput { value, usage, sandbox: Some(confirmed) })
+        Ok(RunOutput { value, usage, sandbox: Some(confirmed), blocks: false })
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it

@@ -187,7 +187,7 @@ impl ServerPool {
         if let Some(s) = result.get("structuredContent") {
             value["structuredContent"] = s.clone();
         }
-        Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()) }, sandbox))
+        Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()), blocks: false }, sandbox))
     }
 
     /// Makes sure the server runs: restarts it (after its backoff) when it ended.

@@ -19,6 +19,7 @@ mod cache;
 mod guard;
 mod net;
 mod pipe;
+mod rich;
 mod threads;
 
 use std::collections::HashMap;
@@ -34,13 +35,23 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
-use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
+use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
+/// `warden:plugin@0.1.0`: `call` returns one JSON document.
 mod bindings {
     wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit" });
 }
+
+/// `warden:plugin@0.2.0`: `call` returns MCP content blocks and structured
+/// content, and the guest may report progress ([`rich`]).
+mod bindings_v2 {
+    wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit-0.2.0" });
+}
+
+/// The export that marks a `warden:plugin@0.2.0` component.
+const TOOL_V2_EXPORT: &str = "warden:plugin/tool@0.2.0";
 
 use bindings::exports::warden::plugin::tool::ToolError;
 use bindings::{Plugin, PluginPre};
@@ -107,8 +118,10 @@ pub struct LoadedPlugin {
 
 /// A component ready to instantiate, by the world it fits.
 enum Pre {
-    /// `warden:plugin`.
+    /// `warden:plugin@0.1.0`.
     Tool(PluginPre<HostState>),
+    /// `warden:plugin@0.2.0`.
+    ToolV2(bindings_v2::PluginPre<HostState>),
     /// `wasi:cli/command`.
     Command(CommandPre<HostState>),
 }
@@ -128,6 +141,14 @@ struct HostState {
     guard: guard::Guard,
     net: net::Net,
     http: wasmtime_wasi_http::WasiHttpCtx,
+    /// Where the call's progress reports go (0.2.0 components).
+    progress: rich::Reporter,
+}
+
+impl bindings_v2::warden::plugin::host::Host for HostState {
+    fn progress(&mut self, done: u64, total: Option<u64>, message: String) {
+        self.progress.report(done, total, &message);
+    }
 }
 
 impl wasmtime_wasi_http::WasiHttpView for HostState {
@@ -271,6 +292,9 @@ impl ComponentRuntime {
         // wasi:http for every component; the call's grants decide in the send hook ([`net`]).
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link wasi:http: {e:#}")))?;
+        // warden:plugin@0.2.0's host interface (progress); 0.1.0 components do not import it.
+        bindings_v2::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link warden:plugin/host: {e:#}")))?;
         let cache = ComponentCache::new(&engine, cache_dir);
         Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default(), threads: CallThreads::default() })
     }
@@ -347,14 +371,23 @@ impl ComponentRuntime {
             self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
             return Ok(loaded);
         }
-        let pre = self.linker.instantiate_pre(&component).and_then(PluginPre::new).map_err(|e| {
-            let hint = if component.component_type().exports(&self.engine).any(|(n, _)| n.starts_with("wasi:cli/run")) {
-                " (it exports wasi:cli/run: a command program is declared with kind = \"command\")"
-            } else {
-                ""
-            };
-            fail(ErrorCode::ExecutionFailed, format!("does not fit the warden:plugin world: {e:#}{hint}"))
-        })?;
+        let v2 = component.component_type().exports(&self.engine).any(|(n, _)| n == TOOL_V2_EXPORT);
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(|pre| {
+                if v2 { bindings_v2::PluginPre::new(pre).map(Pre::ToolV2) } else { PluginPre::new(pre).map(Pre::Tool) }
+            })
+            .map_err(|e| {
+                let hint =
+                    if component.component_type().exports(&self.engine).any(|(n, _)| n.starts_with("wasi:cli/run")) {
+                        " (it exports wasi:cli/run: a command program is declared with kind = \"command\")"
+                    } else {
+                        ""
+                    };
+                let world = if v2 { "warden:plugin@0.2.0" } else { "warden:plugin@0.1.0" };
+                fail(ErrorCode::ExecutionFailed, format!("does not fit the {world} world: {e:#}{hint}"))
+            })?;
         let walls = Walls {
             dirs: Vec::new(),
             env: Vec::new(),
@@ -380,14 +413,25 @@ impl ComponentRuntime {
             protect: Default::default(),
         };
         let (mut store, _out, _err) = self.store("describe", &walls, Cancel::new(), &[], None)?;
-        let tools = pre
-            .instantiate(&mut store)
-            .and_then(|p| p.warden_plugin_tool().call_describe(&mut store))
-            .map_err(|e| fail(ErrorCode::ExecutionFailed, format!("describe() failed: {e:#}")))?
-            .into_iter()
-            .map(|t| ToolDef { name: t.name, description: t.description, input_schema: t.input_schema })
-            .collect();
-        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre: Pre::Tool(pre) });
+        let described: wasmtime::Result<Vec<ToolDef>> = match &pre {
+            Pre::Tool(pre) => {
+                pre.instantiate(&mut store).and_then(|p| p.warden_plugin_tool().call_describe(&mut store)).map(|t| {
+                    t.into_iter()
+                        .map(|t| ToolDef { name: t.name, description: t.description, input_schema: t.input_schema })
+                        .collect()
+                })
+            }
+            Pre::ToolV2(pre) => {
+                pre.instantiate(&mut store).and_then(|p| p.warden_plugin_tool().call_describe(&mut store)).map(|t| {
+                    t.into_iter()
+                        .map(|t| ToolDef { name: t.name, description: t.description, input_schema: t.input_schema })
+                        .collect()
+                })
+            }
+            Pre::Command(_) => Ok(Vec::new()),
+        };
+        let tools = described.map_err(|e| fail(ErrorCode::ExecutionFailed, format!("describe() failed: {e:#}")))?;
+        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre });
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
         Ok(loaded)
     }
@@ -468,6 +512,7 @@ impl ComponentRuntime {
             guard: guard::Guard::new(walls.protect.clone()),
             net,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            progress: rich::Reporter::default(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -487,11 +532,13 @@ impl ComponentRuntime {
         Ok((store, out, err))
     }
 
-    /// Runs `tool` of `plugin` with `args` (a JSON object as text) inside `walls`.
+    /// Runs `tool` of `plugin` with `args` (a JSON object as text) inside `walls`;
+    /// a 0.2.0 component's progress reports go to `progress` (or as lines to `tap`).
     ///
     /// The call runs on its own thread; if it has not finished by the timeout plus
     /// a grace period (for example blocked in a host call), it is abandoned with
     /// `TIMEOUT` and its epoch deadline ends it when it next runs guest code.
+    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
         plugin: &Arc<LoadedPlugin>,
@@ -500,8 +547,10 @@ impl ComponentRuntime {
         walls: &Walls,
         cancel: &Cancel,
         tap: Option<&OutputTap>,
+        progress: Option<&ProgressSink>,
     ) -> Result<RunOutput, CallError> {
-        let (store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
+        let (mut store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
+        store.data_mut().progress = rich::Reporter::new(tool, progress.cloned(), tap.cloned());
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -686,13 +735,23 @@ fn run_in_store(
     out: CappedPipe,
     err: CappedPipe,
 ) -> Result<RunOutput, CallError> {
-    let Pre::Tool(pre) = &plugin.pre else {
-        return Err(CallError::new(ErrorCode::Internal, format!("{tool}: plugin {} is a command", plugin.name)));
-    };
     let cpu0 = thread_cpu();
     let started = Instant::now();
-    let outcome =
-        pre.instantiate(&mut *store).and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut *store, tool, args));
+    let outcome: wasmtime::Result<Result<Returned, ToolError>> = match &plugin.pre {
+        Pre::Tool(pre) => pre
+            .instantiate(&mut *store)
+            .and_then(|p: Plugin| p.warden_plugin_tool().call_call(&mut *store, tool, args))
+            .map(|r| r.map(Returned::Json)),
+        Pre::ToolV2(pre) => pre
+            .instantiate(&mut *store)
+            .and_then(|p| p.warden_plugin_tool().call_call(&mut *store, tool, args))
+            .map(|r| r.map(Returned::Rich).map_err(ToolError::from)),
+        Pre::Command(_) => {
+            return Err(CallError::new(ErrorCode::Internal, format!("{tool}: plugin {} is a command", plugin.name)));
+        }
+    };
+    // The last report the rate limit held back goes out before the result.
+    store.data_mut().progress.flush();
     let cpu = thread_cpu().saturating_sub(cpu0);
     let limiter = &store.data().limiter;
     // A path or destination warden refused is what a failed call most likely tripped on.
@@ -710,12 +769,17 @@ fn run_in_store(
         truncated: stdout.dropped() > 0 || stderr.dropped() > 0,
     };
     match outcome {
-        Ok(Ok(text)) => {
+        Ok(Ok(Returned::Json(text))) => {
             usage.output_bytes += text.len() as u64;
             let value = serde_json::from_str(&text).map_err(|e| {
                 CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: the plugin returned invalid JSON: {e}"))
             })?;
-            Ok(RunOutput { value, usage, sandbox: None })
+            Ok(RunOutput { value, usage, sandbox: None, blocks: false })
+        }
+        Ok(Ok(Returned::Rich(output))) => {
+            let value = rich::to_value(tool, output)?;
+            usage.output_bytes += serde_json::to_vec(&value).map_or(0, |v| v.len() as u64);
+            Ok(RunOutput { value, usage, sandbox: None, blocks: true })
         }
         Ok(Err(e)) => Err(refused(match e {
             ToolError::InvalidArgs(m) => CallError::new(ErrorCode::InvalidArgs, format!("{tool}: {m}")),
@@ -724,6 +788,26 @@ fn run_in_store(
             ToolError::Failed(m) => CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {m}")),
         })),
         Err(e) => Err(refused(trap_error(tool, &e, limiter, started, &tail(&stderr.joined())))),
+    }
+}
+
+/// What a tool component's `call` returned, by world.
+enum Returned {
+    /// 0.1.0: one JSON document.
+    Json(String),
+    /// 0.2.0: content blocks and structured content.
+    Rich(bindings_v2::exports::warden::plugin::tool::ToolOutput),
+}
+
+impl From<bindings_v2::exports::warden::plugin::tool::ToolError> for ToolError {
+    fn from(e: bindings_v2::exports::warden::plugin::tool::ToolError) -> ToolError {
+        use bindings_v2::exports::warden::plugin::tool::ToolError as V2;
+        match e {
+            V2::InvalidArgs(m) => ToolError::InvalidArgs(m),
+            V2::NotFound(m) => ToolError::NotFound(m),
+            V2::PermissionDenied(m) => ToolError::PermissionDenied(m),
+            V2::Failed(m) => ToolError::Failed(m),
+        }
     }
 }
 
@@ -788,7 +872,7 @@ fn run_command_in_store(
     if truncated {
         value["dropped"] = serde_json::json!({"stdout": out_text.dropped, "stderr": err_text.dropped});
     }
-    Ok(RunOutput { value, usage, sandbox: None })
+    Ok(RunOutput { value, usage, sandbox: None, blocks: false })
 }
 
 /// The error for a component that trapped (or was stopped) instead of returning.
