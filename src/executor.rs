@@ -534,9 +534,9 @@ impl Executor {
             trace.sandbox = self.servers.sandbox(&st.server);
             let run = self.servers.call(server, &st.tool, &call.args, &hooks.cancel, hooks.tap.as_ref());
             trace.network = self.servers.network(&st.server);
-            let (RunOutput { value, usage, .. }, sandbox) = run?;
+            let (RunOutput { value, usage, blocks, .. }, sandbox) = run?;
             trace.sandbox = Some(sandbox);
-            return Ok(self.shape(spec, value, usage, false, trace));
+            return Ok(self.shape(spec, value, usage, blocks, trace));
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
         let run = match (&spec.runner, &ready.plugin) {

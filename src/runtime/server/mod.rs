@@ -187,7 +187,8 @@ impl ServerPool {
         if let Some(s) = result.get("structuredContent") {
             value["structuredContent"] = s.clone();
         }
-        Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()), blocks: false }, sandbox))
+        // MCP content: fitted to max_output block by block (an image is dropped whole, never cut).
+        Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()), blocks: true }, sandbox))
     }
 
     /// Makes sure the server runs: restarts it (after its backoff) when it ended.
