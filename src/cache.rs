@@ -279,8 +279,10 @@ impl Walk {
                 self.contents(&path, meta.size())?;
             }
             if meta.is_dir() {
+                // Never more than the bound in memory, however large the directory.
                 let mut names: Vec<PathBuf> = std::fs::read_dir(&path)
                     .map_err(|e| format!("cannot list {}: {e}", path.display()))?
+                    .take(MAX_ENTRIES + 1)
                     .filter_map(|d| d.ok().map(|d| d.path()))
                     .collect();
                 if names.len() > MAX_ENTRIES {
@@ -310,6 +312,11 @@ impl Walk {
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        // The tool may have swapped the file for a FIFO since it was looked at:
+        // read only a regular file (opened non-blocking, so a FIFO never hangs the open).
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(format!("{} is no longer a regular file", path.display()));
+        }
         let mut buf = Vec::new();
         file.take(MAX_RACY_BYTES + 1)
             .read_to_end(&mut buf)
@@ -372,5 +379,22 @@ mod tests {
         assert_ne!(first, second, "same size, same second");
         std::fs::write(dir.path().join("b.txt"), "").unwrap();
         assert_ne!(second, walk(()), "a new file");
+    }
+
+    /// The walk is a host-side read of paths a tool may control: a FIFO, a
+    /// link to a secret and a link loop are looked at, never opened or followed.
+    #[test]
+    fn a_fingerprint_opens_no_fifo_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&dir.path().join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", dir.path().join("shadow")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("up")).unwrap();
+        let mut w = Walk { hash: Sha256::new(), entries: 0, racy_bytes: 0, now: SystemTime::now() };
+        w.tree(dir.path()).unwrap();
+        assert_eq!(w.entries, 5, "the directory and its four entries, once each");
+        // A FIFO opened by `contents` (as after a swap) does not block.
+        let err = w.contents(&dir.path().join("fifo"), 0).unwrap_err();
+        assert!(err.contains("no longer a regular file"), "{err}");
     }
 }
