@@ -90,7 +90,8 @@ pub struct CallHooks<'a> {
     pub cancel: Cancel,
     /// Sees a program's output as it arrives (process tools, command components).
     pub tap: Option<crate::runtime::OutputTap>,
-    /// Sees the call's progress reports (`warden:plugin@0.2.0` components);
+    /// Sees the call's progress reports (`warden:plugin@0.2.0` components, and
+    /// process tools' `WARDEN_PROGRESS_FD` lines);
     /// without it they go to `tap` as lines.
     pub progress: Option<crate::runtime::ProgressSink>,
 }
@@ -550,6 +551,7 @@ impl Executor {
                     tmp.as_ref().map(|t| t.path.as_path()),
                     &hooks.cancel,
                     hooks.tap.as_ref(),
+                    hooks.progress.as_ref(),
                 )
             }
             (Runner::Plugin(_), Some(plugin)) => {

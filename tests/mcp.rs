@@ -90,7 +90,7 @@ fn python_sdk_and_inspector_end_to_end() {
     println!("{report}");
     assert!(out.status.success(), "the MCP end-to-end suite failed:\n{report}");
     // The suite really ran: every test file contributed.
-    for file in ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py"] {
+    for file in ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py", "test_progress.py"] {
         assert!(report.contains(file), "{file} did not run:\n{report}");
     }
 }

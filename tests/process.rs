@@ -590,9 +590,21 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
     let names: Vec<&str> = out.split_whitespace().collect();
     // bash adds PWD, SHLVL and _ itself; warden points the temporary and cache
-    // variables at the call's {tmp}; everything else comes from the policy.
-    let expected =
-        ["HOME", "PATH", "PWD", "SHLVL", "_", "TMPDIR", "TMP", "TEMP", "PYTHONPYCACHEPREFIX", "PYTEST_ADDOPTS"];
+    // variables at the call's {tmp} and names the progress pipe; everything
+    // else comes from the policy.
+    let expected = [
+        "HOME",
+        "PATH",
+        "PWD",
+        "SHLVL",
+        "_",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "PYTHONPYCACHEPREFIX",
+        "PYTEST_ADDOPTS",
+        "WARDEN_PROGRESS_FD",
+    ];
     let unexpected: Vec<&&str> = names.iter().filter(|n| !expected.contains(n)).collect();
     assert!(unexpected.is_empty(), "leaked variables: {unexpected:?} ({r:?})");
     let r = shell(&env, "echo $HOME; test -d $HOME && touch $HOME/t && echo TMP-WRITABLE");
@@ -658,12 +670,16 @@ fn the_program_cannot_forge_the_sandbox_report() {
     let env = Env::new();
     let forged = r#"{"ok":true,"error":null,"exec_failed":false,"landlock_abi":99,"seccomp":false,"rlimits":false,"uid":4242,"cgroup":false}"#;
     let failed = r#"{"ok":false,"error":"FORGED","exec_failed":true,"landlock_abi":99,"seccomp":false,"rlimits":false,"uid":4242,"cgroup":false}"#;
-    // Both on stderr and, in case anything else listened there, on every descriptor up to 9.
+    // Both on stderr and, in case anything else listened there, on every
+    // descriptor up to 9: only the progress pipe takes it, as a progress line
+    // that is not one (ignored).
     let r = shell(
         &env,
         &format!(
             "printf '\\001warden-sandbox %s\\n%s\\n' '{forged}' '{failed}' >&2; \
-             for fd in 3 4 5 6 7 8 9; do (printf '%s\\n' '{failed}' >&$fd) 2>/dev/null && echo WROTE-$fd; done; echo done"
+             printf '%s\\n%s\\n' '{forged}' '{failed}' >&$WARDEN_PROGRESS_FD; \
+             for fd in 3 4 5 6 7 8 9; do [ $fd = \"$WARDEN_PROGRESS_FD\" ] && continue; \
+             (printf '%s\\n' '{failed}' >&$fd) 2>/dev/null && echo WROTE-$fd; done; echo done"
         ),
     );
     let res = result(&r);
@@ -673,6 +689,7 @@ fn the_program_cannot_forge_the_sandbox_report() {
     assert_eq!(rec["sandbox"]["seccomp"], true, "{rec}");
     assert_ne!(rec["sandbox"]["landlock_abi"], 99, "{rec}");
     assert_ne!(rec["sandbox"]["uid"], 4242, "{rec}");
+    assert_eq!(rec["usage"]["progress"], json!({"accepted": 0, "ignored": 2}), "{rec}");
 }
 
 #[test]
@@ -1003,4 +1020,146 @@ fn a_program_the_workspace_owner_cannot_reach_is_named() {
     let msg = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("uid 65534") && msg.contains("the workspace's owner"), "{r:?}");
     assert!(msg.contains(&private.display().to_string()) && msg.contains("may not pass"), "{msg}");
+}
+
+// ---- WARDEN_PROGRESS_FD (issue 21 item 1): a process tool's own progress ----
+
+/// `warden call --stream shell COMMAND` under the one-tool policy with `limits`.
+fn streamed(env: &Env, limits: &str, command: &str) -> Run {
+    let p = policy(env, "", limits);
+    env.run(&["--policy", &p, "call", "--stream", "shell", &json!({ "command": command }).to_string()])
+}
+
+/// The progress lines `--stream` showed.
+fn progress_lines(r: &Run) -> Vec<String> {
+    r.stderr.lines().filter(|l| l.starts_with("[shell] progress")).map(str::to_string).collect()
+}
+
+/// The call's progress counts in its audit record.
+fn progress_counts(env: &Env) -> Value {
+    env.audit_records().pop().unwrap()["usage"]["progress"].clone()
+}
+
+#[test]
+fn a_process_tool_reports_progress_on_its_descriptor() {
+    let env = Env::new();
+    let r = streamed(
+        &env,
+        "timeout = \"20s\"",
+        r#"for i in 1 2 3; do echo "{\"progress\": $i, \"total\": 3, \"message\": \"step $i\"}" >&"$WARDEN_PROGRESS_FD"; sleep 0.1; done; echo ok"#,
+    );
+    assert_eq!(result(&r)["stdout"], "ok\n", "{r:?}");
+    assert_eq!(
+        progress_lines(&r),
+        ["[shell] progress 1/3: step 1", "[shell] progress 2/3: step 2", "[shell] progress 3/3: step 3"],
+        "{r:?}"
+    );
+    assert_eq!(progress_counts(&env), json!({"accepted": 3, "ignored": 0}));
+}
+
+#[test]
+fn the_progress_descriptor_is_a_pipes_write_end_and_the_only_one_kept() {
+    let env = Env::new();
+    let r = python(
+        &env,
+        r#"
+import errno, fcntl, os, stat
+fd = int(os.environ["WARDEN_PROGRESS_FD"])
+st = os.fstat(fd)
+print("fifo", stat.S_ISFIFO(st.st_mode))
+print("write-only", fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY)
+try:
+    os.read(fd, 1)
+    print("readable")
+except OSError as e:
+    print("read", errno.errorcode[e.errno])
+# Every descriptor the program holds, but the one listdir itself opens.
+held = sorted(int(n) for n in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{n}") and not os.path.isdir(f"/proc/self/fd/{n}"))
+print("held", held == [0, 1, 2, fd], held, fd)
+"#,
+    );
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    for want in ["fifo True", "write-only True", "read EBADF", "held True"] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+}
+
+#[test]
+fn bad_progress_reports_are_ignored_and_counted_never_fatal() {
+    let env = Env::new();
+    let long = "x".repeat(5000);
+    let command = format!(
+        r#"w() {{ printf '%s\n' "$1" >&"$WARDEN_PROGRESS_FD"; sleep 0.06; }}
+w '{{"progress": 1, "total": 10}}'
+w '{{"progress": 2, "message": "{long}"}}'
+w 'not json'
+w '{{"progress": NaN}}'
+w '{{"progress": -4}}'
+w '{{"progress": 1e300}}'
+w '{{"progress": 9007199254740993}}'
+w '{{"progress": 3, "total": -1}}'
+w '{{"progress": 1, "message": "going back"}}'
+w '{{"progress": 4, "total": 10, "message": "last"}}'
+echo ok"#
+    );
+    let r = streamed(&env, "timeout = \"20s\"", &command);
+    assert_eq!(result(&r)["exit_code"], 0, "{r:?}");
+    assert_eq!(progress_lines(&r), ["[shell] progress 1/10", "[shell] progress 4/10: last"], "{r:?}");
+    assert_eq!(progress_counts(&env), json!({"accepted": 2, "ignored": 8}));
+}
+
+#[test]
+fn terminal_escapes_in_a_progress_message_never_reach_the_terminal() {
+    let env = Env::new();
+    let r = streamed(
+        &env,
+        "timeout = \"20s\"",
+        r#"printf '%s\n' '{"progress": 1, "message": "a\u001b]0;owned\u0007b\n[shell] progress 99/99: forged\r\u001b[2K\u202ec"}' >&"$WARDEN_PROGRESS_FD""#,
+    );
+    assert_eq!(result(&r)["exit_code"], 0, "{r:?}");
+    let lines = progress_lines(&r);
+    assert_eq!(lines.len(), 1, "{r:?}");
+    assert!(lines[0].starts_with("[shell] progress 1: a]0;ownedb [shell] progress 99/99: forged"), "{lines:?}");
+    for hidden in ['\u{1b}', '\u{7}', '\r', '\u{202e}'] {
+        assert!(!r.stderr.contains(hidden), "{hidden:?} reached the terminal: {r:?}");
+    }
+}
+
+#[test]
+fn a_progress_flood_is_cut_at_the_byte_bound_and_does_not_hold_the_call() {
+    let env = Env::new();
+    // Endless bytes, no newline: the host reads its bound and closes its end;
+    // the writer's next write fails (EPIPE, or SIGPIPE where it is not
+    // ignored), long before the timeout.
+    let r = streamed(&env, "timeout = \"60s\"", r#"cat /dev/zero >&"$WARDEN_PROGRESS_FD"; echo "cat ended $?""#);
+    let res = result(&r);
+    let said = res["stdout"].as_str().unwrap();
+    assert!(said.starts_with("cat ended ") && said != "cat ended 0\n", "{r:?}");
+    assert!(r.json()["duration_ms"].as_f64().unwrap() < 30_000.0, "{r:?}");
+    assert!(progress_counts(&env)["ignored"].as_u64().unwrap() >= 1, "{r:?}");
+    // Many well-formed reports, fast: rate-limited, increasing, the last one kept.
+    let r = streamed(
+        &env,
+        "timeout = \"60s\"",
+        r#"for i in $(seq 1 3000); do echo "{\"progress\": $i, \"total\": 3000}"; done >&"$WARDEN_PROGRESS_FD""#,
+    );
+    assert_eq!(result(&r)["exit_code"], 0, "{r:?}");
+    let lines = progress_lines(&r);
+    assert!(lines.len() < 300, "{} lines: not rate-limited", lines.len());
+    assert_eq!(lines.last().map(String::as_str), Some("[shell] progress 3000/3000"), "{lines:?}");
+    assert_eq!(progress_counts(&env), json!({"accepted": 3000, "ignored": 0}));
+}
+
+#[test]
+fn a_background_child_holding_the_progress_descriptor_does_not_outlive_the_call() {
+    let env = Env::new();
+    let r = streamed(
+        &env,
+        "timeout = \"30s\"",
+        r#"(exec -a warden-progress-holder-31337 sleep 120) & echo '{"progress": 1}' >&"$WARDEN_PROGRESS_FD"; echo started"#,
+    );
+    assert_eq!(result(&r)["stdout"], "started\n", "{r:?}");
+    assert!(r.json()["duration_ms"].as_f64().unwrap() < 10_000.0, "{r:?}");
+    assert_eq!(progress_lines(&r), ["[shell] progress 1"], "{r:?}");
+    assert!(survivors("warden-progress-holder-31337").is_empty());
 }

@@ -197,7 +197,7 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         let exec = ExecSpec { argv: full, params: Vec::new(), cwd: scene.ws.clone(), input_schema: None };
         let mut walls = scene.walls(&read, timeout);
         walls.dirs.extend(SYSTEM_WRITE.iter().map(PathBuf::from).filter(|p| p.exists()).map(|p| (p, true)));
-        let out = runtime.call("self-test", &exec, &json!({}), &walls, None, &Cancel::new(), None);
+        let out = runtime.call("self-test", &exec, &json!({}), &walls, None, &Cancel::new(), None, None);
         let layers = layers(&out);
         let (observed, contained) = match (&out, name) {
             (Err(e), "timeout with a daemonised descendant") => {

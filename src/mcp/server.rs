@@ -11,7 +11,8 @@
 //! thread, with the MCP client as its approval channel (see [`super::approval`])
 //! and a cancel switch that `notifications/cancelled` (or a dropped request)
 //! turns on. When the client asked for progress (a progress token), a tool's
-//! own reports (a `warden:plugin@0.2.0` component's `progress` import, already
+//! own reports (a `warden:plugin@0.2.0` component's `progress` import, or a
+//! process tool's `WARDEN_PROGRESS_FD` lines, already
 //! bounded and rate-limited by the runtime) become `notifications/progress`
 //! with numeric `progress` and `total`, strictly increasing, all sent before
 //! the response; a call that reports nothing of its own and runs longer than a

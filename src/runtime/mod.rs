@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod process;
+pub mod progress;
 pub mod protect;
 pub mod server;
 pub mod wasm;
@@ -58,7 +59,8 @@ pub enum Stream {
 pub type OutputTap = Arc<dyn Fn(Stream, &[u8]) + Send + Sync>;
 
 /// One progress report of a running call (a `warden:plugin@0.2.0` component's
-/// `progress` import), already bounded: `done` increased since the last
+/// `progress` import, or a process tool's `WARDEN_PROGRESS_FD` line), already
+/// bounded by [`progress::Reporter`]: `done` increased since the last
 /// report, `total` (when given) is at least `done`, the message is clean.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
@@ -85,6 +87,9 @@ pub struct Usage {
     pub output_bytes: u64,
     /// Whether anything it produced was cut at a limit.
     pub truncated: bool,
+    /// The progress reports it made, when it made any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<progress::ProgressCounts>,
 }
 
 /// The sandbox layers a call ran under, as recorded in results and the audit log.

@@ -325,7 +325,8 @@ pub(crate) fn cases() -> Vec<Case> {
             "fs-inherited-fds/process",
             "process",
             "use descriptors 3-1023 that warden might have leaked (fstat each, from a fresh python)",
-            "none is open: only stdin (/dev/null), stdout and stderr exist",
+            "none is open but stdin (/dev/null), stdout, stderr and the progress pipe WARDEN_PROGRESS_FD names, \
+             which is a pipe's write end (not readable)",
             |s| {
                 let ws = s.ws("fds");
                 let r = s.python(
@@ -339,10 +340,52 @@ pub(crate) fn cases() -> Vec<Case> {
                      \x20       found.append(fd)\n\
                      \x20   except OSError:\n\
                      \x20       pass\n\
+                     import fcntl, stat\n\
+                     progress = int(os.environ['WARDEN_PROGRESS_FD'])\n\
+                     st = os.fstat(progress)\n\
+                     write_only = fcntl.fcntl(progress, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY\n\
+                     if stat.S_ISFIFO(st.st_mode) and write_only:\n\
+                     \x20   found.remove(progress)\n\
                      print('open beyond stdio:', found)\n",
                     "true",
                 );
                 Observed::new(r.success() && r.out().contains("open beyond stdio: []"), r.brief())
+            },
+        ),
+        c(
+            "fs-progress-fd/process",
+            "process",
+            "use the progress descriptor (WARDEN_PROGRESS_FD) to reach anything but its own pipe: read it, reopen it \
+             through /proc/self/fd, use it as a socket, as a directory (openat, fchdir), mmap it",
+            "EBADF on read; a reopening is the same pipe (same inode, nothing else); ENOTSOCK; ENOTDIR; ENODEV/EACCES",
+            |s| {
+                let ws = s.ws("progressfd");
+                let r = s.python(
+                    &ws,
+                    SHELL,
+                    "import errno, mmap, os, socket\n\
+                     fd = int(os.environ['WARDEN_PROGRESS_FD'])\n\
+                     ino = os.fstat(fd).st_ino\n\
+                     def attempt(name, f):\n\
+                     \x20   try:\n\
+                     \x20       print(name, 'REACHED', f())\n\
+                     \x20   except OSError as e:\n\
+                     \x20       print(name, 'refused', errno.errorcode.get(e.errno, e.errno))\n\
+                     attempt('read', lambda: os.read(fd, 1))\n\
+                     def reopen():\n\
+                     \x20   r = os.open(f'/proc/self/fd/{fd}', os.O_RDONLY | os.O_NONBLOCK)\n\
+                     \x20   same = os.fstat(r).st_ino == ino\n\
+                     \x20   if same: raise OSError(errno.EEXIST, 'the same pipe')\n\
+                     \x20   return 'another file'\n\
+                     attempt('reopen', reopen)\n\
+                     attempt('socket', lambda: socket.socket(fileno=os.dup(fd)).getsockname())\n\
+                     attempt('openat', lambda: os.open('etc', os.O_RDONLY, dir_fd=fd))\n\
+                     attempt('fchdir', lambda: os.fchdir(fd))\n\
+                     attempt('mmap', lambda: mmap.mmap(fd, 4096))\n",
+                    "true",
+                );
+                let out = r.out();
+                Observed::new(r.success() && out.contains("read refused") && !out.contains("REACHED"), r.brief())
             },
         ),
         c(

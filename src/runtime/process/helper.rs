@@ -27,6 +27,9 @@
 //! 7. changes to the working directory; sets `NO_NEW_PRIVS`; restores the
 //!    default action of `SIGXFSZ` (warden ignores it, and an ignored signal
 //!    stays ignored across `execve`: the tool must die of `limits.file_size`);
+//!    keeps the progress pipe's write end (received from the host after the
+//!    spec, in the call's namespaces) open across `execve` and names it in
+//!    `WARDEN_PROGRESS_FD` ([`progress`]): the one descriptor above 2 the tool gets;
 //! 8. Landlock; 9. seccomp, last; then reports and `execve`s the tool.
 //!
 //! Any failure is reported on the socket and the helper exits 126: the tool
@@ -43,6 +46,7 @@ use super::limits;
 use super::mounts;
 use super::namespaces::{self, NsError};
 use super::netns;
+use super::progress;
 use super::seccomp;
 use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
 use super::tmpfs;
@@ -130,7 +134,7 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     }
     let mut text = vec![0u8; len as usize];
     channel.read_exact(&mut text).map_err(|e| format!("cannot read the spec: {e}"))?;
-    let spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
+    let mut spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
 
     // 1. stdin: /dev/null, or the host's socket (without close-on-exec) for a server.
     let null = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
@@ -196,6 +200,9 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         let listener = if netns { Some(netns::proxy_listener()?) } else { None };
         netns::send_listener(channel, listener.as_ref())?;
     }
+    // 4b''. The progress pipe's write end, received here (in the call's
+    // namespaces: the monitor outside never holds it); close-on-exec until 7.
+    let progress_fd = if spec.progress { Some(progress::recv_fd(channel)?) } else { None };
     // 4c. A /proc of the call's own pid namespace.
     if in_ns {
         r.proc_private = namespaces::mount_proc();
@@ -281,6 +288,20 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     #[allow(unsafe_code)]
     unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGXFSZ, nix::sys::signal::SigHandler::SigDfl) }
         .map_err(|e| format!("cannot restore SIGXFSZ: {e}"))?;
+
+    // 7b. The progress pipe: the one descriptor besides 0-2 the tool keeps.
+    if let Some(fd) = progress_fd {
+        use std::os::fd::IntoRawFd;
+        let fd = fd.into_raw_fd();
+        // SAFETY: F_SETFD on a descriptor this process owns (just received and
+        // deliberately leaked into the tool); no memory is touched.
+        #[allow(unsafe_code)]
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(format!("cannot keep the progress pipe open: {}", std::io::Error::last_os_error()));
+        }
+        spec.env.retain(|(k, _)| k != progress::PROGRESS_ENV);
+        spec.env.push((progress::PROGRESS_ENV.to_string(), fd.to_string()));
+    }
 
     // 8. Landlock.
     let abi = landlock::kernel_abi();

@@ -10,7 +10,7 @@
 //! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
 //!
 //! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
-//! [`namespaces`], [`netns`], [`mounts`], [`helper`];
+//! [`namespaces`], [`netns`], [`mounts`], [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`];
 //! [`spec`] is what the host hands the helper.
 
 pub mod cgroup;
@@ -21,6 +21,7 @@ pub mod mounts;
 pub mod namespaces;
 pub mod netns;
 pub mod program;
+pub mod progress;
 pub mod seccomp;
 pub mod spec;
 pub mod tmpfs;
@@ -39,7 +40,7 @@ use serde_json::{Value, json};
 
 use self::namespaces::NsSupport;
 use self::spec::{HelperReport, MAX_REPORT, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
-use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
+use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
@@ -226,6 +227,17 @@ struct Spawned {
     report_prefix: Option<u8>,
 }
 
+/// What a helper is spawned for.
+enum Launch {
+    /// One call: stdin is `/dev/null`; the tool gets this progress pipe's write end.
+    Call {
+        /// The write end of the call's progress pipe.
+        progress: std::os::fd::OwnedFd,
+    },
+    /// A long-running MCP server: the helper socket becomes its stdin.
+    Server,
+}
+
 /// How a supervised process ended.
 struct Ended {
     status: i32,
@@ -341,7 +353,8 @@ impl ProcessRuntime {
 
     /// Runs `exec` with `args` (already validated) inside `walls`; `cancel`
     /// kills the whole process tree when switched on; `tap` sees its output
-    /// as it arrives.
+    /// as it arrives; the program's own progress reports on
+    /// `WARDEN_PROGRESS_FD` ([`progress`]) go to `progress` (or as lines to `tap`).
     #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
@@ -352,12 +365,18 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
         cancel: &Cancel,
         tap: Option<&OutputTap>,
+        progress: Option<&ProgressSink>,
     ) -> Result<RunOutput, CallError> {
         let argv = fill_argv(tool, exec, args, tmp)?;
         let limits = walls.limits;
         let started = Instant::now();
+        let pipe = progress::ProgressPipe::new().map_err(|e| {
+            CallError::new(ErrorCode::Internal, format!("{tool}: cannot create the progress pipe: {e}"))
+        })?;
         let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
-            self.spawn(tool, argv, &exec.cwd, walls, tmp, false)?;
+            self.spawn(tool, argv, &exec.cwd, walls, tmp, Launch::Call { progress: pipe.write })?;
+        let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
+        let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let reader = |stream: Option<Box<dyn Read + Send>>, which: Stream| {
             let tap = tap.cloned();
@@ -369,6 +388,8 @@ impl ProcessRuntime {
         let ended = supervise(pid, limits.timeout, cancel, cgroup.as_ref());
         let stdout = out_reader.join().unwrap_or_default();
         let stderr = err_reader.join().unwrap_or_default();
+        // The tree is gone: what is left in the pipe is drained, within a grace period.
+        let progress_counts = progress_reader.finish();
         let hit_pids_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_max);
         let hit_memory_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_memory_max);
         let memory_cgroup = cgroup.as_ref().is_some_and(cgroup::CallCgroup::has_memory);
@@ -433,6 +454,7 @@ impl ProcessRuntime {
             max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
             output_bytes: stdout.total() + stderr.total(),
             truncated,
+            progress: Some(progress_counts).filter(|c| c.accepted + c.ignored > 0),
         };
         let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
             (Some(libc::WEXITSTATUS(ended.status)), None)
@@ -527,9 +549,10 @@ impl ProcessRuntime {
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
-    /// its spec. With `stdin_from_host` the socket stays open after the spec and
-    /// becomes the program's stdin (a long-running MCP server); otherwise the
-    /// program's stdin is `/dev/null`.
+    /// its spec. For a [`Launch::Server`] the socket stays open after the spec and
+    /// becomes the program's stdin (a long-running MCP server); for a
+    /// [`Launch::Call`] the program's stdin is `/dev/null` and it gets the
+    /// progress pipe's write end, sent after the spec.
     fn spawn(
         &self,
         tool: &str,
@@ -537,8 +560,12 @@ impl ProcessRuntime {
         cwd: &std::path::Path,
         walls: &Walls,
         tmp: Option<&std::path::Path>,
-        stdin_from_host: bool,
+        launch: Launch,
     ) -> Result<Spawned, CallError> {
+        let (stdin_from_host, progress_fd) = match launch {
+            Launch::Server => (true, None),
+            Launch::Call { progress } => (false, Some(progress)),
+        };
         self.check_support(tool)?;
         self.check_paths(tool, walls)?;
         self.check_net(tool, walls)?;
@@ -658,6 +685,7 @@ impl ProcessRuntime {
             require_seccomp: self.mode == SandboxMode::Enforce,
             parent_pid: std::process::id(),
             stdin_from_host,
+            progress: progress_fd.is_some(),
             namespaces: plan,
             rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
             system: walls.system,
@@ -698,6 +726,12 @@ impl ProcessRuntime {
             // A helper that died early shows up in its report, not here.
             let _ = channel.write_all(&(spec_json.len() as u64).to_le_bytes());
             let _ = channel.write_all(&spec_json);
+            // The tool's end of the progress pipe goes to the helper; the host keeps no copy.
+            if let Some(fd) = progress_fd
+                && let Err(e) = progress::send_fd(&channel, &fd)
+            {
+                tracing::debug!("{tool}: {e}");
+            }
             if !stdin_from_host {
                 let _ = channel.shutdown(std::net::Shutdown::Write);
             }
@@ -746,7 +780,7 @@ impl ProcessRuntime {
     ) -> Result<StartedServer, CallError> {
         let argv = fill_argv(name, exec, &Value::Null, tmp)?;
         let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
-            self.spawn(name, argv, &exec.cwd, walls, tmp, true)?;
+            self.spawn(name, argv, &exec.cwd, walls, tmp, Launch::Server)?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, _placeholders, proxy };

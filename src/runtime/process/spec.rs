@@ -74,6 +74,10 @@ pub struct SandboxSpec {
     /// server reads its requests there); otherwise stdin is `/dev/null`.
     #[serde(default)]
     pub stdin_from_host: bool,
+    /// After the spec the host sends the write end of the call's progress pipe
+    /// ([`super::progress`]); the tool gets it, and only it, as `WARDEN_PROGRESS_FD`.
+    #[serde(default)]
+    pub progress: bool,
     /// The call's own namespaces ([`super::namespaces`]), when the host plans them.
     #[serde(default)]
     pub namespaces: Option<NsPlan>,

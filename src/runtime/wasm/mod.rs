@@ -142,7 +142,7 @@ struct HostState {
     net: net::Net,
     http: wasmtime_wasi_http::WasiHttpCtx,
     /// Where the call's progress reports go (0.2.0 components).
-    progress: rich::Reporter,
+    progress: crate::runtime::progress::Reporter,
 }
 
 impl bindings_v2::warden::plugin::host::Host for HostState {
@@ -512,7 +512,7 @@ impl ComponentRuntime {
             guard: guard::Guard::new(walls.protect.clone()),
             net,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            progress: rich::Reporter::default(),
+            progress: crate::runtime::progress::Reporter::default(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -550,7 +550,7 @@ impl ComponentRuntime {
         progress: Option<&ProgressSink>,
     ) -> Result<RunOutput, CallError> {
         let (mut store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
-        store.data_mut().progress = rich::Reporter::new(tool, progress.cloned(), tap.cloned());
+        store.data_mut().progress = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -767,6 +767,7 @@ fn run_in_store(
         max_rss_kb: (limiter.peak / 1024) as u64,
         output_bytes: stdout.total() + stderr.total(),
         truncated: stdout.dropped() > 0 || stderr.dropped() > 0,
+        progress: Some(store.data().progress.counts()).filter(|c| c.accepted + c.ignored > 0),
     };
     match outcome {
         Ok(Ok(Returned::Json(text))) => {
@@ -862,6 +863,7 @@ fn run_command_in_store(
         max_rss_kb: (limiter.peak / 1024) as u64,
         output_bytes: stdout.total() + stderr.total(),
         truncated,
+        progress: None,
     };
     let mut value = serde_json::json!({
         "exit_code": exit_code,

@@ -12,29 +12,19 @@
 //! call with `EXECUTION_FAILED`, naming the tool, the block and what to change.
 //! Text is cleaned later, with the whole result ([`crate::shape::sanitize`]).
 //!
-//! Progress ([`Reporter`]): each report is bounded (message cleaned and cut to
-//! [`MAX_PROGRESS_MESSAGE`] bytes), must increase, and is forwarded at most
-//! once per [`PROGRESS_INTERVAL`]; a report that comes sooner waits as the
-//! pending one (a later one replaces it) and is sent at the next report or
-//! when the call returns.
-
-use std::time::Instant;
+//! Progress reports are bounded by the runtimes' shared
+//! [`crate::runtime::progress::Reporter`] (process tools use it too).
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use super::bindings_v2::exports::warden::plugin::tool::{ContentBlock, EmbeddedResource, ResourceBody, ToolOutput};
 use crate::error::{CallError, ErrorCode};
-use crate::runtime::{OutputTap, Progress, ProgressSink, Stream};
 
 /// The longest resource URI accepted, in bytes.
 pub(super) const MAX_URI: usize = 2048;
 /// The longest MIME type accepted, in bytes.
 pub(super) const MAX_MIME: usize = 127;
-/// The longest progress message forwarded, in bytes (longer ones are cut).
-pub(super) const MAX_PROGRESS_MESSAGE: usize = 256;
-/// The least time between two forwarded progress reports.
-pub(super) const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Whether `s` is a MIME type of the form `type/subtype` (RFC 6838 token
 /// characters, each part 1-63 bytes, no parameters), like `image/png`.
@@ -141,65 +131,9 @@ pub(super) fn to_value(tool: &str, out: ToolOutput) -> Result<Value, CallError> 
     Ok(Value::Object(doc))
 }
 
-/// Forwards one call's progress reports: bounded, increasing, rate-limited.
-#[derive(Default)]
-pub(super) struct Reporter {
-    tool: String,
-    sink: Option<ProgressSink>,
-    tap: Option<OutputTap>,
-    last_done: Option<u64>,
-    last_sent: Option<Instant>,
-    pending: Option<Progress>,
-}
-
-impl Reporter {
-    /// A reporter for `tool` that forwards to `sink`, or else as lines to `tap`'s stderr.
-    pub(super) fn new(tool: &str, sink: Option<ProgressSink>, tap: Option<OutputTap>) -> Reporter {
-        Reporter { tool: tool.to_string(), sink, tap, ..Reporter::default() }
-    }
-
-    /// Takes one report from the guest.
-    pub(super) fn report(&mut self, done: u64, total: Option<u64>, message: &str) {
-        if self.sink.is_none() && self.tap.is_none() {
-            return;
-        }
-        if self.last_done.is_some_and(|last| done <= last) {
-            return;
-        }
-        self.last_done = Some(done);
-        let mut message = crate::shape::sanitize_str(message);
-        if message.len() > MAX_PROGRESS_MESSAGE {
-            let mut end = MAX_PROGRESS_MESSAGE;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
-        }
-        self.pending = Some(Progress { done, total: total.filter(|t| *t >= done), message });
-        if self.last_sent.is_none_or(|t| t.elapsed() >= PROGRESS_INTERVAL) {
-            self.flush();
-        }
-    }
-
-    /// Sends the pending report, if any (when the call returns).
-    pub(super) fn flush(&mut self) {
-        let Some(p) = self.pending.take() else { return };
-        self.last_sent = Some(Instant::now());
-        if let Some(sink) = &self.sink {
-            sink(&p);
-        } else if let Some(tap) = &self.tap {
-            let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
-            let message = if p.message.is_empty() { String::new() } else { format!(": {}", p.message) };
-            tap(Stream::Stderr, format!("[{}] progress {}{total}{message}\n", self.tool, p.done).as_bytes());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-
-    use std::sync::{Arc, Mutex};
 
     use super::*;
 
@@ -222,24 +156,5 @@ mod tests {
             assert!(!valid_uri(bad), "{bad:?}");
         }
         assert!(!valid_uri(&format!("x:{}", "a".repeat(MAX_URI))));
-    }
-
-    #[test]
-    fn progress_is_increasing_bounded_and_rate_limited_with_the_last_kept() {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = seen.clone();
-        let sink: ProgressSink = Arc::new(move |p: &Progress| s.lock().unwrap().push(p.clone()));
-        let mut r = Reporter::new("t", Some(sink), None);
-        r.report(1, Some(10), &format!("a\u{1b}[31m{}", "é".repeat(300)));
-        r.report(1, Some(10), "same: dropped");
-        r.report(0, Some(10), "lower: dropped");
-        r.report(2, Some(10), "soon: pending");
-        r.report(3, Some(10), "soon: replaces it");
-        r.flush();
-        let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), 2, "{seen:?}");
-        assert_eq!(seen[0].done, 1);
-        assert!(seen[0].message.len() <= MAX_PROGRESS_MESSAGE && seen[0].message.starts_with("a[31m"));
-        assert_eq!((seen[1].done, seen[1].total, seen[1].message.as_str()), (3, Some(10), "soon: replaces it"));
     }
 }
