@@ -1163,3 +1163,16 @@ fn a_background_child_holding_the_progress_descriptor_does_not_outlive_the_call(
     assert_eq!(progress_lines(&r), ["[shell] progress 1"], "{r:?}");
     assert!(survivors("warden-progress-holder-31337").is_empty());
 }
+
+/// warden ignores SIGPIPE (Rust's start-up) and an ignored signal stays ignored
+/// across execve: the tool must get the default back, or `yes | head` prints
+/// "Broken pipe" and a writer whose reader left runs on.
+#[test]
+fn a_pipeline_whose_reader_left_ends_quietly() {
+    let env = Env::new();
+    let r = shell(&env, "yes | head -n 2; echo \"${PIPESTATUS[0]}\"");
+    let res = result(&r);
+    let out = res["stdout"].as_str().unwrap();
+    assert!(out.starts_with("y\ny\n141\n"), "yes was not ended by SIGPIPE: {r:?}");
+    assert!(!res["stderr"].as_str().unwrap().contains("Broken pipe"), "{r:?}");
+}

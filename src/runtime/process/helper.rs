@@ -25,8 +25,9 @@
 //!    not root (and asks for the parent-death signal again: a uid change clears
 //!    it), and empties every capability set;
 //! 7. changes to the working directory; sets `NO_NEW_PRIVS`; restores the
-//!    default action of `SIGXFSZ` (warden ignores it, and an ignored signal
-//!    stays ignored across `execve`: the tool must die of `limits.file_size`);
+//!    default action of `SIGXFSZ` and `SIGPIPE` (warden ignores them, and an
+//!    ignored signal stays ignored across `execve`: the tool must die of
+//!    `limits.file_size`, and `yes | head` must end without "Broken pipe");
 //!    keeps the progress pipe's write end (received from the host after the
 //!    spec, in the call's namespaces) open across `execve` and names it in
 //!    `WARDEN_PROGRESS_FD` ([`progress`]): the one descriptor above 2 the tool gets;
@@ -284,10 +285,16 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
     // 7. Working directory, then no new privileges.
     std::env::set_current_dir(&spec.cwd).map_err(|e| format!("cannot enter {}: {e}", spec.cwd.display()))?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
-    // SAFETY: restoring a signal's default disposition installs no handler.
-    #[allow(unsafe_code)]
-    unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGXFSZ, nix::sys::signal::SigHandler::SigDfl) }
-        .map_err(|e| format!("cannot restore SIGXFSZ: {e}"))?;
+    // warden ignores SIGXFSZ (a write past an rlimit must fail, not kill it) and
+    // SIGPIPE (Rust's start-up); an ignored signal stays ignored across execve,
+    // so the tool gets the defaults back: `yes | head` ends quietly, and a write
+    // past limits.file_size kills the writer.
+    for sig in [nix::sys::signal::Signal::SIGXFSZ, nix::sys::signal::Signal::SIGPIPE] {
+        // SAFETY: restoring a signal's default disposition installs no handler.
+        #[allow(unsafe_code)]
+        unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) }
+            .map_err(|e| format!("cannot restore {sig}: {e}"))?;
+    }
 
     // 7b. The progress pipe: the one descriptor besides 0-2 the tool keeps.
     if let Some(fd) = progress_fd {
