@@ -84,6 +84,9 @@ exec = ["/bin/true", "{url}"]
 tier = "auto"
 fs.read = ["{system}"]
 net.connect = ["*.com:443", "*:80", "*.github.io:443", "*.example.com:443"]   # WL103 WL117 WL117 WL117
+
+[profiles.reviewer]
+tools = ["read_file", "git_*"]   # WL118
 "#;
 
 /// A plugin file without sha256: the loader refuses it (WL000) and the lint names why (WL106).
