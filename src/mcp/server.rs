@@ -283,10 +283,13 @@ impl ServerHandler for WardenServer {
                 }
                 _ = ticks.tick(), if progress.is_some() && !own_reports => {
                     if let Some(token) = progress.clone() {
+                        // The running time goes as a value below 1 (s/(s+1), no total), so a
+                        // tool that starts its own reports late (1 and up) is never held back.
                         let secs = started.elapsed().as_secs_f64().floor();
-                        if last.is_none_or(|l| secs > l) {
-                            last = Some(secs);
-                            let note = ProgressNotificationParam::new(token, secs)
+                        let value = secs / (secs + 1.0);
+                        if last.is_none_or(|l| value > l) {
+                            last = Some(value);
+                            let note = ProgressNotificationParam::new(token, value)
                                 .with_message(format!("{} running for {secs:.0}s", request.name));
                             let _ = context.peer.notify_progress(note).await;
                         }

@@ -56,3 +56,26 @@ async def test_process_progress_becomes_increasing_numeric_notifications(warden,
     assert "\x1b" not in notes[1][2] and notes[1][2].startswith("two "), notes
     [rec] = [x for x in warden.records() if x["tool"] == "steps"]
     assert rec["usage"]["progress"] == {"accepted": 3, "ignored": 3}, rec
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_slow_starter_keeps_its_own_reports_after_the_running_time(warden, mode):
+    # 2.3 s of silence (warden sends its running-time notifications), then the
+    # tool's own 1/3, 2/3, 3/3: none may be held back as "not increasing".
+    warden.policy.write_text(POLICY)
+    notes = []
+
+    async def on_progress(progress, total, message):
+        notes.append((progress, total, message))
+
+    script = "sleep 2.3\n" + SCRIPT
+    async with Client(warden.stdio(), mode=mode, cache=None) as c:
+        r = await c.call_tool("steps", {"script": script}, progress_callback=on_progress)
+        assert not r.is_error, r
+    running = [n for n in notes if n[1] is None]
+    own = [(p, t) for p, t, _ in notes if t is not None]
+    assert len(running) >= 1 and all("running for" in m for _, _, m in running), notes
+    assert own == [(1, 3), (2, 3), (3, 3)], notes
+    values = [p for p, _, _ in notes]
+    assert values == sorted(values) and len(set(values)) == len(values), notes
