@@ -102,7 +102,8 @@ pub struct Record {
     pub decision: Decision,
     /// Who approved it.
     pub approved_by: Option<ApprovedBy>,
-    /// `success`, `error` or `rejected`.
+    /// `success`, `error`, `rejected` or `cancelled`; `running` in the start
+    /// record of a background job (its end record has the same call id).
     pub status: &'static str,
     /// The error code, if any.
     pub error_code: Option<&'static str>,
@@ -697,6 +698,10 @@ pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
     let mut by_tool: std::collections::BTreeMap<String, (ToolStats, Vec<f64>)> = Default::default();
     for line in data.lines() {
         let Ok(rec) = serde_json::from_str::<Value>(line) else { continue };
+        // A background job's start record: its end record counts the call.
+        if rec.get("status").and_then(Value::as_str) == Some("running") {
+            continue;
+        }
         let tool = rec.get("tool").and_then(Value::as_str).unwrap_or("?").to_string();
         let (s, durations) =
             by_tool.entry(tool.clone()).or_insert_with(|| (ToolStats { tool, ..Default::default() }, Vec::new()));
