@@ -769,6 +769,22 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_start_and_end_records_verify_and_count_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.jsonl");
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let start = Record { status: "running", ..record("bg") };
+        let end = Record { status: "cancelled", error_code: Some("CANCELLED"), ..record("bg") };
+        for r in [&start, &end] {
+            log.append(r).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.problem), (2, None));
+        let s = stats(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.len(), s[0].calls, s[0].errors, s[0].ok), (1, 1, 1, 0));
+    }
+
+    #[test]
     fn a_fresh_chain_verifies() {
         let (_d, path) = log_with(5);
         let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));

@@ -524,7 +524,55 @@ pub fn handle_result(handle: Value) -> CallToolResult {
 
 #[cfg(test)]
 mod tests {
-    use super::Output;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use super::{Job, Jobs, Output};
+    use crate::error::ErrorCode;
+    use crate::runtime::Cancel;
+
+    fn with_job(owner: &str) -> Arc<Jobs> {
+        let jobs = Arc::new(Jobs::new(1));
+        let job = Job {
+            owner: Arc::from(owner),
+            tool: "bg".into(),
+            call_id: "c-1".into(),
+            started: "now".into(),
+            since: Instant::now(),
+            cancel: Cancel::new(),
+            output: Arc::new(Mutex::new(Output::new(16))),
+            ended: None,
+            thread: None,
+        };
+        super::lock(&jobs.table).jobs.insert("j-1".into(), job);
+        jobs
+    }
+
+    #[test]
+    fn another_owner_gets_the_answer_of_a_missing_job() {
+        let jobs = with_job("stdio:1");
+        assert_eq!(jobs.status("stdio:1", "j-1").map(|v| v["status"].clone()).ok(), Some("running".into()));
+        for (owner, id) in [("token:x", "j-1"), ("stdio:1", "j-2")] {
+            let e = jobs.status(owner, id).err().map(|e| (e.code, e.message.replace(id, "ID")));
+            let missing = jobs.status("stdio:1", "j-2").err().map(|e| (e.code, e.message.replace("j-2", "ID")));
+            assert_eq!(e, missing);
+            assert_eq!(e.map(|e| e.0), Some(ErrorCode::NotFound));
+        }
+        assert!(jobs.output("token:x", "j-1", 0, 10).is_err());
+        assert!(jobs.list("token:x")["jobs"].as_array().is_some_and(Vec::is_empty));
+    }
+
+    #[test]
+    fn max_jobs_counts_running_and_reserved() {
+        let jobs = with_job("o");
+        let e = jobs.reserve().err().map(|e| (e.code, e.message));
+        assert!(e.as_ref().is_some_and(|(c, m)| *c == ErrorCode::LimitExceeded && m.contains("[defaults] max_jobs")));
+        let free = Arc::new(Jobs::new(1));
+        let slot = free.reserve();
+        assert!(slot.is_ok() && free.reserve().is_err());
+        drop(slot);
+        assert!(free.reserve().is_ok());
+    }
 
     #[test]
     fn output_keeps_head_and_tail_and_counts_the_middle() {

@@ -768,6 +768,16 @@ fn compile_tool(
     let rules = compile_rules(c, name, &t.rule);
     let tier = t.tier.unwrap_or(default_tier);
     let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net));
+    let background = t.background.as_ref().filter(|b| *b.get_ref());
+    if let (Some(b), Some(_)) = (background, &t.cache) {
+        c.problem(
+            b.span(),
+            format!(
+                "tool {name}: `background = true` and `cache` do not go together (a cached answer is a result, \
+                 not a job handle); remove one"
+            ),
+        );
+    }
 
     Some(ToolSpec {
         name: name.to_string(),
@@ -780,7 +790,7 @@ fn compile_tool(
         location: c.location(span),
         cache,
         hidden_by: None,
-        background: t.background.as_ref().is_some_and(|b| *b.get_ref()),
+        background: background.is_some(),
     })
 }
 
