@@ -358,3 +358,38 @@ def test_warden_call_runs_a_background_tool_in_the_foreground(jobs):
     doc = json.loads(out.stdout)
     assert doc["status"] == "success" and doc["result"]["stdout"] == "fg\n", doc
     assert [r["status"] for r in jobs.records()] == ["success"]
+
+
+@pytest.mark.anyio
+async def test_stopping_the_http_server_mid_job_cancels_it_before_exit(jobs):
+    secs = marker("http")
+    token = "jobs-token-0123456789abcdef"
+    p = subprocess.Popen(
+        [os.environ["WARDEN_BIN"], *jobs.argv("serve", "--http", "127.0.0.1:0")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, **jobs.env(), "WARDEN_HTTP_TOKEN": token}, cwd=jobs.ws, text=True,
+    )
+    try:
+        url = None
+        for line in p.stderr:
+            m = re.search(r"serving MCP at (http://\S+/mcp)", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http), cache=None) as web:
+            handle = await start(web, f"echo start; sleep {secs}")
+            await until(pids_of(secs), what="the job's sleep")
+            # A later request of the same token finds it (stateless HTTP: no session ties them).
+            r = await job(web, "job_status", job=handle["job"])
+            assert not r.is_error and r.structured_content["status"] == "running", text(r)
+        p.terminate()
+        assert p.wait(timeout=20) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert not host_pids(secs), "the job outlived serve"
+    recs = records_of(jobs, handle["call_id"])
+    assert [r["status"] for r in recs] == ["running", "cancelled"], recs
+    verify_log(jobs)
