@@ -96,6 +96,8 @@ pub struct CallHooks<'a> {
 }
 
 /// Where [`Executor::begin`] left a call.
+// One per call, moved once: boxing either variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Begun {
     /// It ended before Run (refused, rejected, invalid, a cache hit): its record is written.
     Done(CallResponse),
