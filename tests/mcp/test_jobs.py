@@ -108,6 +108,13 @@ async def start(c, command, tool="bg"):
     return handle
 
 
+async def start_args(c, tool, args):
+    r = await c.call_tool(tool, args)
+    assert not r.is_error, text(r)
+    assert r.structured_content["status"] == "running", r.structured_content
+    return r.structured_content
+
+
 async def job(c, name, **args):
     r = await c.call_tool(name, args)
     return r
@@ -393,3 +400,62 @@ async def test_stopping_the_http_server_mid_job_cancels_it_before_exit(jobs):
     recs = records_of(jobs, handle["call_id"])
     assert [r["status"] for r in recs] == ["running", "cancelled"], recs
     verify_log(jobs)
+
+
+def component_policy() -> str:
+    import hashlib
+
+    wasm = os.environ["WARDEN_TESTKIT_WASM"]
+    sha = hashlib.sha256(open(wasm, "rb").read()).hexdigest()
+    return f"""
+version = 1
+
+[plugins.fs]
+source = "builtin:fs"
+
+[plugins.testkit]
+source = "{wasm}"
+sha256 = "{sha}"
+
+[tools.read_file]
+plugin = "fs"
+tier = "auto"
+background = true
+fs.read = ["{{workspace}}"]
+
+[tools.spin]
+plugin = "testkit"
+tier = "auto"
+background = true
+limits = {{ timeout = "1h" }}
+"""
+
+
+@pytest.mark.anyio
+async def test_component_tools_run_as_jobs_and_cancel_at_their_epoch(warden):
+    warden.policy.write_text(component_policy())
+    async with Client(warden.stdio(), cache=None) as c:
+        handle = await start_args(c, "read_file", {"path": "a.txt"})
+
+        async def ended():
+            r = await job(c, "job_status", job=handle["job"])
+            return r.structured_content["status"] != "running" and r.structured_content
+        status = await until(ended, what="the component job to end")
+        assert status["status"] == "finished", status
+        r = await job(c, "job_output", job=handle["job"])
+        assert "hello from the workspace" in r.structured_content["output"], r.structured_content
+
+        # A component that loops forever, cancelled: torn down at its next epoch tick.
+        slow = await start_args(c, "spin", {})
+        await anyio.sleep(0.5)
+        began = time.monotonic()
+        r = await job(c, "job_cancel", job=slow["job"])
+        assert r.structured_content["status"] == "cancelled", r.structured_content
+        assert time.monotonic() - began < 2.5, "the component ran on after job_cancel"
+        # And one left spinning when the client goes away.
+        left = await start_args(c, "spin", {})
+    recs = records_of(warden, slow["call_id"])
+    assert [r["status"] for r in recs] == ["running", "cancelled"], recs
+    recs = records_of(warden, left["call_id"])
+    assert [r["status"] for r in recs] == ["running", "cancelled"], recs
+    verify_log(warden)
