@@ -307,8 +307,25 @@ impl Jobs {
         let tap: OutputTap = Arc::new(move |_, bytes: &[u8]| lock(&tap_out).push(bytes));
         let jobs = self.clone();
         let job_id = id.clone();
+        let (tool, call_id) = (ready.tool().to_string(), ready.call_id().to_string());
         let spawned = std::thread::Builder::new().name("warden-job".into()).spawn(move || {
-            let response = finish(ready, &CallHooks { approve: None, cancel, tap: Some(tap), progress: None });
+            let hooks = CallHooks { approve: None, cancel, tap: Some(tap), progress: None };
+            // A panic must not leave the job `running` for ever, holding a place among max_jobs.
+            let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(ready, &hooks)))
+                .unwrap_or_else(|_| CallResponse {
+                    status: Status::Error,
+                    tool,
+                    call_id,
+                    result: None,
+                    truncated: false,
+                    error: Some(CallError::new(
+                        ErrorCode::Internal,
+                        "the job's thread panicked before its end record was written",
+                    )),
+                    cache: None,
+                    reason: None,
+                    duration_ms: 0.0,
+                });
             jobs.end(&job_id, response, &output);
         });
         let mut t = lock(&self.table);
