@@ -139,8 +139,12 @@ def verify_log(warden):
 async def test_a_running_job_is_followed_and_cancelled_and_its_processes_die(jobs, mode):
     secs = marker("cancel" + mode)
     async with Client(jobs.stdio(), mode=mode, cache=None) as c:
-        names = [t.name for t in (await c.list_tools()).tools]
+        tools = (await c.list_tools()).tools
+        names = [t.name for t in tools]
         assert names == sorted(names)
+        by = {t.name: t for t in tools}
+        assert "Runs in the background" in by["bg"].description
+        assert "Runs in the background" not in by["read_file"].description
         assert {"job_status", "job_output", "job_cancel", "job_list"} <= set(names), names
 
         began = time.monotonic()
