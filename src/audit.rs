@@ -102,7 +102,8 @@ pub struct Record {
     pub decision: Decision,
     /// Who approved it.
     pub approved_by: Option<ApprovedBy>,
-    /// `success`, `error` or `rejected`.
+    /// `success`, `error`, `rejected` or `cancelled`; `running` in the start
+    /// record of a background job (its end record has the same call id).
     pub status: &'static str,
     /// The error code, if any.
     pub error_code: Option<&'static str>,
@@ -697,6 +698,10 @@ pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
     let mut by_tool: std::collections::BTreeMap<String, (ToolStats, Vec<f64>)> = Default::default();
     for line in data.lines() {
         let Ok(rec) = serde_json::from_str::<Value>(line) else { continue };
+        // A background job's start record: its end record counts the call.
+        if rec.get("status").and_then(Value::as_str) == Some("running") {
+            continue;
+        }
         let tool = rec.get("tool").and_then(Value::as_str).unwrap_or("?").to_string();
         let (s, durations) =
             by_tool.entry(tool.clone()).or_insert_with(|| (ToolStats { tool, ..Default::default() }, Vec::new()));
@@ -761,6 +766,22 @@ mod tests {
             log.append(&record(&format!("t{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
         (dir, path)
+    }
+
+    #[test]
+    fn a_jobs_start_and_end_records_verify_and_count_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.jsonl");
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let start = Record { status: "running", ..record("bg") };
+        let end = Record { status: "cancelled", error_code: Some("CANCELLED"), ..record("bg") };
+        for r in [&start, &end] {
+            log.append(r).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.problem), (2, None));
+        let s = stats(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.len(), s[0].calls, s[0].errors, s[0].ok), (1, 1, 1, 0));
     }
 
     #[test]

@@ -96,6 +96,38 @@ pub struct CallHooks<'a> {
     pub progress: Option<crate::runtime::ProgressSink>,
 }
 
+/// Where [`Executor::begin`] left a call.
+// One per call, moved once: boxing either variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Begun {
+    /// It ended before Run (refused, rejected, invalid, a cache hit): its record is written.
+    Done(CallResponse),
+    /// It passed every stage before Run: [`Executor::finish`] runs it.
+    Ready(Ready),
+}
+
+/// A call decided and approved, not yet run (see [`Executor::begin`]).
+pub struct Ready {
+    call: ToolCall,
+    call_id: String,
+    ts: String,
+    started: Instant,
+    args_sha256: String,
+    trace: Trace,
+}
+
+impl Ready {
+    /// The call's id (the same in its start and end records).
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The requested tool.
+    pub fn tool(&self) -> &str {
+        &self.call.tool
+    }
+}
+
 /// The response to one call: what `call` prints and `exec` wraps.
 #[derive(Debug, Clone)]
 pub struct CallResponse {
@@ -290,31 +322,106 @@ impl Executor {
 
     /// [`Executor::call`] with a caller's own approval channel and cancel switch.
     pub fn call_with(&self, call: ToolCall, hooks: &CallHooks<'_>) -> CallResponse {
+        match self.begin(call, hooks) {
+            Begun::Done(response) => response,
+            Begun::Ready(ready) => self.finish(ready, hooks),
+        }
+    }
+
+    /// The stages before Run (resolve, validate, decide, approve, the cache):
+    /// either the call ends here (its record written), or it is [`Ready`] to
+    /// run, with [`Executor::finish`] now or on another thread (a background job).
+    pub fn begin(&self, call: ToolCall, hooks: &CallHooks<'_>) -> Begun {
         let started = Instant::now();
         let ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let call_id = random_id("c");
         let args_bytes = serde_json::to_vec(&call.args).unwrap_or_default();
         let args_sha256 = hex::encode(Sha256::digest(&args_bytes));
-        let mut trace = Trace {
-            tier: None,
-            rule: None,
-            decision: Decision::None,
-            approved_by: None,
-            sandbox: None,
+        let mut ready = Ready {
+            call,
+            call_id,
+            ts,
+            started,
+            args_sha256,
+            trace: Trace {
+                tier: None,
+                rule: None,
+                decision: Decision::None,
+                approved_by: None,
+                sandbox: None,
+                usage: None,
+                network: None,
+                exit: None,
+                cache: None,
+                cache_probe: None,
+                content: None,
+            },
+        };
+        let sha = ready.args_sha256.clone();
+        match self.pipeline(&ready.call, args_bytes.len(), &sha, &mut ready.trace, hooks) {
+            Ok(None) => Begun::Ready(ready),
+            Ok(Some(hit)) => Begun::Done(self.conclude(ready, Ok(hit))),
+            Err(e) => Begun::Done(self.conclude(ready, Err(e))),
+        }
+    }
+
+    /// The Run stage and shaping of a [`Ready`] call, then its (end) record.
+    pub fn finish(&self, mut ready: Ready, hooks: &CallHooks<'_>) -> CallResponse {
+        let outcome = self.run_stage(&ready.call, &mut ready.trace, hooks);
+        self.conclude(ready, outcome)
+    }
+
+    /// Writes the start record of a [`Ready`] call that runs on as a background
+    /// job: decision and approval as decided, status `running`. Its end record,
+    /// written by [`Executor::finish`], has the same call id.
+    pub fn record_start(&self, ready: &Ready) -> Result<(), CallError> {
+        let mut record = self.record(ready, "running");
+        record.duration_ms = ready.started.elapsed().as_secs_f64() * 1000.0;
+        self.audit.append(&record).map_err(|e| {
+            CallError::new(
+                ErrorCode::Internal,
+                format!(
+                    "{}: cannot write the job's start record to {}: {e}; nothing ran (fix the log or pass --audit-log)",
+                    ready.call.tool,
+                    self.audit.path().display()
+                ),
+            )
+        })
+    }
+
+    /// A record of `ready` with what was decided before Run, and nothing of a run.
+    fn record(&self, ready: &Ready, status: &'static str) -> Record {
+        Record {
+            ts: ready.ts.clone(),
+            call_id: ready.call_id.clone(),
+            session: self.session.clone(),
+            tool: ready.call.tool.chars().take(256).collect(),
+            args_sha256: ready.args_sha256.clone(),
+            args: crate::audit::redact(&ready.call.args),
+            tier: ready.trace.tier,
+            rule: ready.trace.rule.clone(),
+            decision: ready.trace.decision,
+            approved_by: ready.trace.approved_by,
+            status,
+            error_code: None,
+            duration_ms: 0.0,
             usage: None,
+            sandbox: None,
             network: None,
             exit: None,
+            profile: self.policy.profile.as_ref().map(|p| p.name.clone()),
             cache: None,
-            cache_probe: None,
             content: None,
-        };
+        }
+    }
 
-        let outcome = self.pipeline(&call, args_bytes.len(), &args_sha256, &mut trace, hooks);
-
+    /// The response of a call that ended with `outcome`, and its record.
+    fn conclude(&self, ready: Ready, outcome: Result<(Value, bool), CallError>) -> CallResponse {
+        let mut trace = ready.trace;
         let mut response = CallResponse {
             status: Status::Success,
-            tool: call.tool.clone(),
-            call_id,
+            tool: ready.call.tool.clone(),
+            call_id: ready.call_id.clone(),
             result: None,
             truncated: false,
             error: None,
@@ -344,30 +451,19 @@ impl Executor {
                 response.error = Some(CallError::new(e.code, shape::sanitize_str(&e.message)));
             }
         }
-        response.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        response.duration_ms = ready.started.elapsed().as_secs_f64() * 1000.0;
 
-        let record = Record {
-            ts,
-            call_id: response.call_id.clone(),
-            session: self.session.clone(),
-            tool: call.tool.chars().take(256).collect(),
-            args_sha256,
-            args: crate::audit::redact(&call.args),
-            tier: trace.tier,
-            rule: trace.rule,
-            decision: trace.decision,
-            approved_by: trace.approved_by,
-            status: response.status.as_str(),
-            error_code: response.error.as_ref().map(|e| e.code.as_str()),
-            duration_ms: response.duration_ms,
-            usage: trace.usage,
-            sandbox: trace.sandbox,
-            network: trace.network,
-            exit: trace.exit,
-            profile: self.policy.profile.as_ref().map(|p| p.name.clone()),
-            cache: trace.cache,
-            content: trace.content,
-        };
+        let ready = Ready { trace, ..ready };
+        let mut record = self.record(&ready, response.status.as_str());
+        let trace = ready.trace;
+        record.error_code = response.error.as_ref().map(|e| e.code.as_str());
+        record.duration_ms = response.duration_ms;
+        record.usage = trace.usage;
+        record.sandbox = trace.sandbox;
+        record.network = trace.network;
+        record.exit = trace.exit;
+        record.cache = trace.cache;
+        record.content = trace.content;
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
         if let Err(e) = self.audit.append(&record)
@@ -387,6 +483,23 @@ impl Executor {
         response
     }
 
+    /// The Run stage of a call that passed the others: a tool that may write
+    /// empties the result cache once more after it ran.
+    fn run_stage(&self, call: &ToolCall, trace: &mut Trace, hooks: &CallHooks<'_>) -> Result<(Value, bool), CallError> {
+        let entry: &Entry = self.resolve(&call.tool)?;
+        let ready: &ReadyTool = entry.state.as_ref().map_err(Clone::clone)?;
+        let ran = self.run(&entry.spec, ready, call, trace, hooks);
+        if crate::cache::may_write(&entry.spec) {
+            self.cache.clear();
+        }
+        ran
+    }
+
+    /// Whether `name` resolves to a tool with `background = true`.
+    pub fn is_background(&self, name: &str) -> bool {
+        self.resolve(name).is_ok_and(|e| e.spec.background)
+    }
+
     fn pipeline(
         &self,
         call: &ToolCall,
@@ -394,7 +507,7 @@ impl Executor {
         args_sha256: &str,
         trace: &mut Trace,
         hooks: &CallHooks<'_>,
-    ) -> Result<(Value, bool), CallError> {
+    ) -> Result<Option<(Value, bool)>, CallError> {
         // Resolve.
         let entry: &Entry = self.resolve(&call.tool)?;
         let spec = &entry.spec;
@@ -502,7 +615,7 @@ impl Executor {
                 Ok(Some(probe)) => {
                     if let Some(hit) = self.cache.lookup(&probe) {
                         trace.cache = Some(hit.to_json());
-                        return Ok((hit.value, hit.truncated));
+                        return Ok(Some((hit.value, hit.truncated)));
                     }
                     trace.cache = Some(json!({"hit": false}));
                     trace.cache_probe = Some(probe);
@@ -511,11 +624,7 @@ impl Executor {
                 Err(why) => trace.cache = Some(json!({"hit": false, "bypassed": format!("{name}: {why}")})),
             }
         }
-        let ran = self.run(spec, ready, call, trace, hooks);
-        if writes {
-            self.cache.clear();
-        }
-        ran
+        Ok(None)
     }
 
     /// The run stage: the tool's runtime, then shaping.

@@ -3,6 +3,7 @@
 //! directory) runs `tests/mcp/*.py` with pytest, and the MCP Inspector CLI
 //! (npm `@modelcontextprotocol/inspector` 0.15) lists and calls tools, among
 //! them a `warden:plugin@0.2.0` component's image (`tests/mcp/test_rich.py`).
+//! Background jobs (`background = true`, the `job_*` tools) are `tests/mcp/test_jobs.py`.
 //!
 //! Both are installed here on first use, from PyPI and npm, so `cargo test`
 //! needs only `python3` (with venv) and `npm` on the machine; `.ci/run` installs
@@ -82,6 +83,8 @@ fn python_sdk_and_inspector_end_to_end() {
         .env("INSPECTOR_CLI", &cli)
         // The warden:plugin@0.2.0 fixture (plugins/conformance) for test_rich.py.
         .env("WARDEN_CONFORMANCE_WASM", env!("WARDEN_CONFORMANCE_WASM"))
+        // The testkit component (its `spin` loops forever) for test_jobs.py.
+        .env("WARDEN_TESTKIT_WASM", env!("WARDEN_TESTKIT_WASM"))
         .env_remove("WARDEN_HTTP_TOKEN")
         .env_remove("WARDEN_STATE_KEY")
         .output()
@@ -90,7 +93,9 @@ fn python_sdk_and_inspector_end_to_end() {
     println!("{report}");
     assert!(out.status.success(), "the MCP end-to-end suite failed:\n{report}");
     // The suite really ran: every test file contributed.
-    for file in ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py", "test_progress.py"] {
+    for file in
+        ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py", "test_progress.py", "test_jobs.py"]
+    {
         assert!(report.contains(file), "{file} did not run:\n{report}");
     }
 }

@@ -64,6 +64,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::server::{Shared, WardenServer};
+use sha2::Digest;
 
 /// The largest request body accepted (413 past it).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -347,8 +348,11 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts)
         .with_max_request_body_bytes(MAX_BODY_BYTES);
+    // Jobs belong to the bearer token (there is one per server).
+    let owner: Arc<str> =
+        Arc::from(format!("token:{}", &hex::encode(sha2::Sha256::digest(options.token.as_bytes()))[..32]));
     let mcp = StreamableHttpService::new(
-        move || Ok(WardenServer::new(shared.clone(), false)),
+        move || Ok(WardenServer::new(shared.clone(), false, owner.clone())),
         Arc::new(NeverSessionManager::default()),
         config,
     );

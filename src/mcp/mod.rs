@@ -8,6 +8,7 @@
 //! * [`tools`]: tool definitions and annotations from the policy; responses as results.
 //! * [`http`]: the Streamable HTTP transport (bearer token, Origin check).
 //! * [`logging`]: the client's log level and warden's refusals as log messages.
+//! * [`jobs`]: tools with `background = true`: the job table and warden's `job_*` tools.
 //!
 //! On stdio, stdout carries only MCP frames; logs go to stderr; the server exits
 //! 0 when stdin closes.
@@ -17,6 +18,7 @@
 pub mod approval;
 pub mod frames;
 pub mod http;
+pub mod jobs;
 pub mod logging;
 pub mod server;
 pub mod tools;
@@ -73,15 +75,32 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
         .thread_name("warden-mcp")
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let served = shared.clone();
     let result = runtime.block_on(async move {
         match options.http {
-            Some(h) => http::serve(shared, h).await,
-            None => stdio(shared).await,
+            Some(h) => http::serve(served, h).await,
+            None => stdio(served).await,
         }
     });
+    // No job outlives the server: each is torn down and its end record written.
+    shared.shutdown_jobs();
     // Calls still running on blocking threads finish (and are audited) in the background.
     runtime.shutdown_timeout(Duration::from_secs(5));
     result
+}
+
+/// Resolves on SIGTERM or SIGINT (never, if neither can be watched).
+async fn signalled() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
@@ -89,7 +108,24 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
     // on reopened descriptors, so O_NONBLOCK never reaches the inherited streams.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let (input, output, writer) = frames::gate(stdin, stdout);
-    let served = match WardenServer::new(shared, true).serve((input, output)).await {
+    let owner: Arc<str> = Arc::from(format!("stdio:{}", std::process::id()));
+    let jobs = shared.has_jobs();
+    let served = match WardenServer::new(shared, true, owner).serve((input, output)).await {
+        // With background jobs, SIGTERM and SIGINT end the server the way closing stdin does,
+        // so that `serve` tears the jobs down before it exits.
+        Ok(running) if jobs => {
+            let ct = running.cancellation_token();
+            let stopped = running.waiting();
+            tokio::pin!(stopped);
+            tokio::select! {
+                r = &mut stopped => r.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
+                _ = signalled() => {
+                    ct.cancel();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+                    Ok(())
+                }
+            }
+        }
         Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
         // stdin closed before the client said anything: nothing to serve.
         Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 #[allow(deprecated)] // logging is deprecated in rmcp (SEP-2577); 2025-11-25 clients use it.
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
@@ -34,10 +34,11 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::approval::{self, Live, Sealer, SessionGrants, Stateless};
+use super::jobs::{self, Jobs};
 use super::logging::{Logger, SessionLevel};
 use super::tools;
 use crate::approval::{Request, Verdict};
-use crate::executor::{CallHooks, Executor, ToolCall};
+use crate::executor::{Begun, CallHooks, CallResponse, Executor, ToolCall};
 use crate::runtime::{Cancel, Progress, ProgressSink};
 
 /// The most calls one server runs at once; more wait for a slot.
@@ -55,20 +56,42 @@ pub struct Shared {
     sealer: Arc<Sealer>,
     slots: Arc<Semaphore>,
     approver_only: bool,
+    /// The background jobs, when a tool offered has `background = true`.
+    jobs: Option<Arc<Jobs>>,
 }
 
 impl Shared {
     /// Shares `executor`; with `approver_only` (an explicit `--approve yes|deny`)
     /// the executor's own approver answers and the client is never asked.
     pub fn new(executor: Executor, sealer: Sealer, approver_only: bool) -> Shared {
-        let tools = tools::list(executor.catalog());
+        let mut tools = tools::list(executor.catalog());
+        let background = executor.catalog().visible().any(|e| e.spec.background && e.state.is_ok());
+        let jobs = background.then(|| Arc::new(Jobs::new(executor.policy().max_jobs)));
+        if jobs.is_some() {
+            tools.extend(jobs::tools());
+            tools.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         Shared {
             executor,
             tools,
             sealer: Arc::new(sealer),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS)),
             approver_only,
+            jobs,
         }
+    }
+
+    /// Cancels every running background job and waits for its end record
+    /// (`serve` calls it before exiting).
+    pub fn shutdown_jobs(&self) {
+        if let Some(jobs) = &self.jobs {
+            jobs.shutdown();
+        }
+    }
+
+    /// Whether background jobs are offered (some tool has `background = true`).
+    pub fn has_jobs(&self) -> bool {
+        self.jobs.is_some()
     }
 
     /// The tools offered.
@@ -85,13 +108,25 @@ pub struct WardenServer {
     grants: Option<Arc<SessionGrants>>,
     /// The level `logging/setLevel` chose; on stateless HTTP it lasts one request.
     log_level: Arc<SessionLevel>,
+    /// Who owns the background jobs this handler starts: the stdio connection,
+    /// or the HTTP bearer token (see [`super::jobs`]).
+    owner: Arc<str>,
 }
 
 impl WardenServer {
-    /// A handler for a transport with sessions (stdio) or without (stateless HTTP).
-    pub fn new(shared: Arc<Shared>, sessions: bool) -> WardenServer {
-        WardenServer { shared, grants: sessions.then(Arc::default), log_level: Arc::default() }
+    /// A handler for a transport with sessions (stdio) or without (stateless
+    /// HTTP), whose jobs belong to `owner`.
+    pub fn new(shared: Arc<Shared>, sessions: bool, owner: Arc<str>) -> WardenServer {
+        WardenServer { shared, grants: sessions.then(Arc::default), log_level: Arc::default(), owner }
     }
+}
+
+/// What the call's thread came back with.
+enum Outcome {
+    /// The call ended (in the foreground, or before a job could start).
+    Response(CallResponse),
+    /// A background job started: its handle.
+    Job(serde_json::Value),
 }
 
 /// Who answers approvals for one call, when the client does (not `--approve yes|deny`).
@@ -181,6 +216,16 @@ impl ServerHandler for WardenServer {
     ) -> Result<CallToolResponse, McpError> {
         let shared = self.shared.clone();
         let name = request.name.to_string();
+        // warden's own job tools (no policy tool may share their names).
+        if let Some(jobs) = shared.jobs.clone()
+            && crate::policy::JOB_TOOLS.contains(&name.as_str())
+        {
+            let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
+            let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
+                .await
+                .map_err(|e| McpError::internal_error(format!("the job tool's thread failed: {e}"), None))?;
+            return answer.map(Into::into).ok_or_else(|| McpError::internal_error("not a job tool", None));
+        }
         // Unknown names are a protocol fault; everything else is a result.
         if let Err(e) = shared.executor.resolve(&name) {
             return Err(McpError::invalid_params(e.message, None));
@@ -231,6 +276,21 @@ impl ServerHandler for WardenServer {
                 return Err(McpError::internal_error("cancelled before it started", None));
             }
         };
+        // A background tool takes its place among `max_jobs` before it is approved.
+        let background = shared.jobs.as_ref().filter(|_| shared.executor.is_background(&name));
+        let job_slot = match background.map(|jobs| jobs.reserve()).transpose() {
+            Ok(slot) => slot,
+            Err(e) => {
+                let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
+                r.structured_content = Some(serde_json::json!({
+                    "status": "error",
+                    "tool": name,
+                    "error": {"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()},
+                }));
+                return Ok(r.into());
+            }
+        };
+        let owner = self.owner.clone();
         let cancel = Cancel::new();
         let mut on_drop = CancelOnDrop(cancel.clone(), false);
         let switch = cancel.clone();
@@ -243,6 +303,7 @@ impl ServerHandler for WardenServer {
             });
             sink
         });
+        let request_name = name.clone();
         let mut call = tokio::task::spawn_blocking(move || {
             let hook = |req: &Request<'_>| -> Verdict {
                 match &asker {
@@ -256,9 +317,42 @@ impl ServerHandler for WardenServer {
             // Without an asker, the executor's own approver answers (`--approve yes|deny`).
             let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
                 if asker.is_some() { Some(&hook) } else { None };
-            worker
+            let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink };
+            let ready = match worker.executor.begin(ToolCall::new(name, args), &hooks) {
+                Begun::Done(response) => return Outcome::Response(response),
+                Begun::Ready(ready) => ready,
+            };
+            let (Some(slot), Some(jobs)) = (job_slot, worker.jobs.clone()) else {
+                return Outcome::Response(worker.executor.finish(ready, &hooks));
+            };
+            // Approved: from here the job runs on its own thread, with its own cancel switch.
+            let max_output = worker
                 .executor
-                .call_with(ToolCall::new(name, args), &CallHooks { approve, cancel: switch, tap: None, progress: sink })
+                .resolve(ready.tool())
+                .map_or(usize::MAX, |e| usize::try_from(e.spec.limits.max_output).unwrap_or(usize::MAX));
+            let runner = worker.clone();
+            let started = jobs.start(
+                slot,
+                owner,
+                ready,
+                max_output,
+                |r| worker.executor.record_start(r),
+                move |r, hooks| runner.executor.finish(r, hooks),
+            );
+            match started {
+                Ok(handle) => Outcome::Job(handle),
+                Err(e) => Outcome::Response(CallResponse {
+                    status: crate::executor::Status::Error,
+                    tool: request_name,
+                    call_id: String::new(),
+                    result: None,
+                    truncated: false,
+                    error: Some(e),
+                    cache: None,
+                    reason: None,
+                    duration_ms: 0.0,
+                }),
+            }
         });
 
         let started = Instant::now();
@@ -304,7 +398,11 @@ impl ServerHandler for WardenServer {
             }
         }
         on_drop.1 = true;
-        let response = joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))?;
+        let response =
+            match joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))? {
+                Outcome::Response(r) => r,
+                Outcome::Job(handle) => return Ok(jobs::handle_result(handle).into()),
+            };
         logger.refusal(&response).await;
 
         if let Some(s) = stateless

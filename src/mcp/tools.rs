@@ -50,13 +50,19 @@ fn tool(entry: &Entry) -> Tool {
         Tier::Confirm => "confirm (the user approves each call with its exact arguments)",
         Tier::Deny => "deny",
     };
-    let text = format!(
+    let mut text = format!(
         "{description}\n\n[warden] tier: {tier}. Reads: {}. Writes: {}. Network: {}. Timeout: {}.",
         none(&read),
         none(&write),
         if net.is_empty() { "none".to_string() } else { net.join(", ") },
         format_duration(spec.limits.timeout)
     );
+    if spec.background {
+        text.push_str(
+            " Runs in the background: the call answers with a job handle {\"job\": \"j-…\"}; follow it with \
+             job_status and job_output, stop it with job_cancel.",
+        );
+    }
     let schema: JsonObject = match schema {
         Value::Object(o) => o,
         // MCP needs an object schema; a non-object one is wrapped so nothing is lost.

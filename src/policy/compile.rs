@@ -10,10 +10,11 @@ use toml::Spanned;
 
 use super::schema::{RawLimits, RawPolicy, RawRule, RawTool};
 use super::{
-    ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, DEFAULT_OPEN_FILES,
-    DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, DenyEntry, ExecSpec, GrantPath, Grants,
-    Limits, MAX_COMPONENT_MEMORY, NetGrant, PathGrant, PluginKind, PluginSource, PluginSpec, Policy, PolicyError,
-    Problem, Profile, Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec, Tier, ToolSpec,
+    ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_JOBS, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY,
+    DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, DenyEntry, ExecSpec,
+    GrantPath, Grants, JOB_TOOLS, Limits, MAX_COMPONENT_MEMORY, MAX_MAX_JOBS, NetGrant, PathGrant, PluginKind,
+    PluginSource, PluginSpec, Policy, PolicyError, Problem, Profile, Rule, Runner, SERVER_TOOL_SEPARATOR, ServerSpec,
+    Tier, ToolSpec,
 };
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
@@ -252,6 +253,7 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
     }
 
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
+    let max_jobs = compile_jobs(&mut c, &raw, &tools);
 
     if !c.problems.is_empty() {
         c.problems.sort_by_key(|p| (p.line, p.column));
@@ -267,7 +269,44 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         lock_path: (origin != super::DEFAULT_POLICY_NAME).then(|| dir.join(super::LOCK_FILE)),
         profiles,
         profile: None,
+        max_jobs,
     })
+}
+
+/// Checks `[defaults] max_jobs` (1 to [`MAX_MAX_JOBS`]) and that no tool takes
+/// the name of one of warden's job tools ([`JOB_TOOLS`]) while a tool has
+/// `background = true` (the job tools are offered then, and must stay warden's own).
+fn compile_jobs(c: &mut Checker<'_>, raw: &RawPolicy, tools: &BTreeMap<String, ToolSpec>) -> usize {
+    let max_jobs = match &raw.defaults.max_jobs {
+        None => DEFAULT_MAX_JOBS,
+        Some(n) => match usize::try_from(*n.get_ref()) {
+            Ok(v) if (1..=MAX_MAX_JOBS).contains(&v) => v,
+            _ => {
+                c.problem(
+                    n.span(),
+                    format!("[defaults] max_jobs must be from 1 to {MAX_MAX_JOBS}, not {}", n.get_ref()),
+                );
+                DEFAULT_MAX_JOBS
+            }
+        },
+    };
+    if let Some(bg) = tools.values().find(|t| t.background) {
+        for name in raw.tools.keys() {
+            if JOB_TOOLS.contains(&name.get_ref().as_str()) {
+                c.problem(
+                    name.span(),
+                    format!(
+                        "tool {}: this name belongs to warden's own job tools ({}), offered because tool {} has \
+                         `background = true`; rename the tool",
+                        name.get_ref(),
+                        JOB_TOOLS.join(", "),
+                        bg.name
+                    ),
+                );
+            }
+        }
+    }
+    max_jobs
 }
 
 /// The most profiles a policy may declare, and the most entries of one profile.
@@ -437,6 +476,7 @@ fn compile_server(
         ("description", t.description.as_ref().map(Spanned::span)),
         ("rule", t.rule.first().map(Spanned::span)),
         ("cache", t.cache.as_ref().map(Spanned::span)),
+        ("background", t.background.as_ref().map(Spanned::span)),
     ];
     for (key, span) in refused {
         if let Some(span) = span {
@@ -545,6 +585,7 @@ fn compile_server_tool(
     spec.rules = rules;
     spec.description = t.description.as_ref().map(|d| d.get_ref().clone());
     spec.location = c.location(span);
+    spec.background = t.background.as_ref().is_some_and(|b| *b.get_ref());
     Some(spec)
 }
 
@@ -727,6 +768,16 @@ fn compile_tool(
     let rules = compile_rules(c, name, &t.rule);
     let tier = t.tier.unwrap_or(default_tier);
     let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net));
+    let background = t.background.as_ref().filter(|b| *b.get_ref());
+    if let (Some(b), Some(_)) = (background, &t.cache) {
+        c.problem(
+            b.span(),
+            format!(
+                "tool {name}: `background = true` and `cache` do not go together (a cached answer is a result, \
+                 not a job handle); remove one"
+            ),
+        );
+    }
 
     Some(ToolSpec {
         name: name.to_string(),
@@ -739,6 +790,7 @@ fn compile_tool(
         location: c.location(span),
         cache,
         hidden_by: None,
+        background: background.is_some(),
     })
 }
 

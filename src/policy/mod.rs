@@ -35,6 +35,13 @@ pub const DEFAULT_POLICY_NAME: &str = "<embedded policies/default.toml>";
 
 /// Default wall-clock limit of a call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// `[defaults] max_jobs` when unset: background jobs running at once under `serve`.
+pub const DEFAULT_MAX_JOBS: usize = 4;
+/// The largest `[defaults] max_jobs`.
+pub const MAX_MAX_JOBS: usize = 256;
+/// The names of warden's own MCP tools for background jobs: no policy tool may
+/// take one while any tool has `background = true`.
+pub const JOB_TOOLS: [&str; 4] = ["job_status", "job_output", "job_cancel", "job_list"];
 /// Default cap on the serialised result of a call.
 pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 10;
 /// Default memory limit of a call.
@@ -118,6 +125,8 @@ pub struct Policy {
     pub profiles: BTreeMap<String, Profile>,
     /// The profile chosen with `--profile` ([`Policy::select_profile`]), if any.
     pub profile: Option<Profile>,
+    /// `[defaults] max_jobs`: background jobs running at once under `serve`.
+    pub max_jobs: usize,
 }
 
 impl Policy {
@@ -213,6 +222,7 @@ impl ServerSpec {
             location: self.location.clone(),
             cache: None,
             hidden_by: None,
+            background: false,
         }
     }
 }
@@ -558,6 +568,9 @@ pub struct ToolSpec {
     pub cache: Option<Duration>,
     /// Why the chosen profile hides this tool (its tier is then `deny`).
     pub hidden_by: Option<String>,
+    /// `background = true`: under `warden serve` a call answers at once with a
+    /// job handle and runs on (see `crate::mcp::jobs`); elsewhere it runs in the foreground.
+    pub background: bool,
 }
 
 /// A policy that could not be loaded: each problem with its place in the file.

@@ -55,6 +55,8 @@ pub(crate) struct RawDefaults {
     pub(crate) timeout: Option<PolicyDuration>,
     pub(crate) max_output: Option<PolicySize>,
     pub(crate) memory: Option<PolicySize>,
+    /// `max_jobs = N`: background jobs running at once under `serve`.
+    pub(crate) max_jobs: Option<Spanned<i64>>,
 }
 
 /// `[sandbox]`
@@ -102,6 +104,8 @@ pub(crate) struct RawTool {
     pub(crate) rule: Vec<Spanned<RawRule>>,
     /// `cache = "60s"`: serve a repeated call's result again within this time.
     pub(crate) cache: Option<Spanned<PolicyDuration>>,
+    /// `background = true`: under `serve`, a call answers at once with a job handle.
+    pub(crate) background: Option<Spanned<bool>>,
 }
 
 /// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect`

@@ -287,3 +287,48 @@ fn sysv_ipc_and_inotify_are_for_process_tools_and_servers_only() {
     let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\ninotify = true\n"));
     assert!(p.message.contains("inotify applies to process tools"), "{}", p.message);
 }
+
+const BG: &str =
+    "[tools.bg]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\nbackground = true\nlimits = { timeout = \"6h\" }\n";
+
+#[test]
+fn background_tools_may_run_for_hours_and_max_jobs_defaults_to_four() {
+    let p = load(&format!("{HEAD}{BG}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.tools["bg"].background);
+    assert_eq!(p.tools["bg"].limits.timeout, std::time::Duration::from_secs(6 * 3600));
+    assert_eq!(p.max_jobs, DEFAULT_MAX_JOBS);
+    let p = load(&format!("{HEAD}[defaults]\nmax_jobs = 9\n{BG}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.max_jobs, 9);
+}
+
+#[test]
+fn max_jobs_out_of_range_is_named() {
+    for n in ["0", "-1", "100000"] {
+        let p = first_problem(&format!("{HEAD}[defaults]\nmax_jobs = {n}\n"));
+        assert!(p.message.contains("[defaults] max_jobs must be from 1 to"), "{}", p.message);
+    }
+}
+
+#[test]
+fn job_tool_names_are_reserved_while_a_tool_is_background() {
+    let job_status = "[tools.job_status]\nexec = [\"/bin/true\"]\n";
+    let p = first_problem(&format!("{HEAD}{BG}{job_status}"));
+    assert!(p.message.contains("tool job_status: this name belongs to warden's own job tools"), "{}", p.message);
+    assert!(p.message.contains("tool bg has `background = true`"), "{}", p.message);
+    // Without a background tool the name is free.
+    load(&format!("{HEAD}{job_status}")).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn background_is_refused_on_servers_and_with_cache() {
+    let p = first_problem(&format!("{HEAD}[servers.s]\nexec = [\"/bin/true\"]\nbackground = true\n"));
+    assert!(p.message.contains("server s: `background` does not apply to a server"), "{}", p.message);
+    let p = first_problem(&format!(
+        "{HEAD}[tools.read_file]\nplugin = \"fs\"\ntier = \"auto\"\nfs.read = [\"{{workspace}}\"]\ncache = \"60s\"\nbackground = true\n"
+    ));
+    assert!(p.message.contains("`background = true` and `cache` do not go together"), "{}", p.message);
+    // A server's tool may be background.
+    let p = load(&format!("{HEAD}[servers.s]\nexec = [\"/bin/true\"]\n[tools.\"s__t\"]\nbackground = true\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.tools["s__t"].background);
+}

@@ -1,0 +1,617 @@
+//! Background jobs: tools with `background = true` under `warden serve`.
+//!
+//! A call of such a tool goes through every stage before Run in the request
+//! (resolve, validate, decide, approve: the user is asked before anything
+//! starts), then gets a start record (status `running`) and answers at once
+//! with `{"job": "j-…", "status": "running"}`. Run, shaping and the end record
+//! (same call id) happen on a thread of the job's own, in the same sandbox
+//! and limits as a foreground call. warden's own tools follow it:
+//!
+//! * `job_status {job}`: status, exit, the result document once it ended;
+//! * `job_output {job, offset?, limit?}`: the program's output from `offset`,
+//!   at most [`MAX_OUTPUT_CHUNK`] bytes a call;
+//! * `job_cancel {job}`: the same teardown as `notifications/cancelled` (the
+//!   process group killed, a component's epoch ended), waiting up to
+//!   [`CANCEL_WAIT`] for the end record;
+//! * `job_list {}`: the caller's jobs.
+//!
+//! # Guarantees
+//!
+//! * **Bounded.** At most `[defaults] max_jobs` run at once (one more is
+//!   refused, naming the key); output is kept head and tail within the tool's
+//!   `limits.max_output` (the middle dropped and counted); an ended job is
+//!   kept [`FINISHED_TTL`], and at most [`MAX_FINISHED`] of them, then forgotten.
+//! * **Private.** A handle is 128 random bits, and belongs to who started it:
+//!   the stdio connection, or the HTTP bearer token (warden's HTTP has one
+//!   token, so one HTTP owner per server). Anyone else gets `NOT_FOUND`, the
+//!   same answer as for a handle that never existed.
+//! * **Never orphaned.** [`Jobs::shutdown`] (stdin closed, SIGTERM/SIGINT,
+//!   the HTTP server stopping) cancels every running job and waits for its end
+//!   record before `serve` exits.
+//!
+//! The job tools are warden's own: they are offered only when a tool is
+//! background, the policy may not name a tool like them then (a policy
+//! error), and their calls are not audited (they read the job table; the
+//! job's own call has its two records).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+use crate::error::{CallError, ErrorCode};
+use crate::executor::{CallHooks, CallResponse, Ready, Status};
+use crate::runtime::{Cancel, OutputTap};
+
+/// How long an ended job is kept for `job_status` and `job_output`.
+pub const FINISHED_TTL: Duration = Duration::from_secs(600);
+/// The most ended jobs kept; beyond it the oldest is forgotten first.
+pub const MAX_FINISHED: usize = 64;
+/// The most output bytes one `job_output` call returns.
+pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
+/// How long `job_cancel` waits for the job's end record.
+pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// A job's output as it arrives: the first half of the bound kept whole, then
+/// the last half; what falls between is dropped and counted.
+#[derive(Debug)]
+struct Output {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    /// Every byte seen, kept or not.
+    total: u64,
+}
+
+impl Output {
+    fn new(max: usize) -> Output {
+        let head_cap = max / 2;
+        Output { head: Vec::new(), tail: VecDeque::new(), head_cap, tail_cap: max - head_cap, total: 0 }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.head_cap.saturating_sub(self.head.len());
+        if room > 0 {
+            let n = room.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        if bytes.len() >= self.tail_cap {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_cap..]);
+            return;
+        }
+        let over = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
+        self.tail.drain(..over);
+        self.tail.extend(bytes);
+    }
+
+    /// Up to `limit` bytes from `offset`, the offset after them, and how many
+    /// bytes from `offset` on were dropped before the kept tail.
+    fn read(&self, offset: u64, limit: usize) -> (Vec<u8>, u64, u64) {
+        let head_len = self.head.len() as u64;
+        if offset < head_len {
+            let from = offset as usize;
+            let to = (from + limit).min(self.head.len());
+            return (self.head[from..to].to_vec(), to as u64, 0);
+        }
+        let tail_start = self.total - self.tail.len() as u64;
+        let (from, skipped) = if offset < tail_start { (tail_start, tail_start - offset) } else { (offset, 0) };
+        if from >= self.total {
+            return (Vec::new(), self.total.max(offset), skipped);
+        }
+        let i = (from - tail_start) as usize;
+        let chunk: Vec<u8> = self.tail.iter().skip(i).take(limit).copied().collect();
+        let next = from + chunk.len() as u64;
+        (chunk, next, skipped)
+    }
+}
+
+/// One job.
+struct Job {
+    owner: Arc<str>,
+    tool: String,
+    call_id: String,
+    started: String,
+    since: Instant,
+    cancel: Cancel,
+    output: Arc<Mutex<Output>>,
+    /// Set once the end record is written.
+    ended: Option<(CallResponse, Instant)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Job {
+    fn status(&self) -> &'static str {
+        match &self.ended {
+            None => "running",
+            Some((r, _)) => match r.status {
+                Status::Success => "finished",
+                Status::Cancelled => "cancelled",
+                Status::Error | Status::Rejected => "failed",
+            },
+        }
+    }
+
+    fn summary(&self, id: &str, full: bool) -> Value {
+        let mut o = JsonObject::new();
+        o.insert("job".into(), json!(id));
+        o.insert("tool".into(), json!(self.tool));
+        o.insert("status".into(), json!(self.status()));
+        o.insert("call_id".into(), json!(self.call_id));
+        o.insert("started".into(), json!(self.started));
+        o.insert("output_bytes".into(), json!(lock(&self.output).total));
+        match &self.ended {
+            None => {
+                o.insert("running_ms".into(), json!(self.since.elapsed().as_millis() as u64));
+            }
+            Some((r, _)) => {
+                if let Some(v) = &r.result {
+                    for key in ["exit_code", "signal"] {
+                        if let Some(x) = v.get(key) {
+                            o.insert(key.into(), x.clone());
+                        }
+                    }
+                }
+                if let Some(e) = &r.error {
+                    o.insert("error".into(), json!({"code": e.code.as_str(), "message": e.message}));
+                }
+                if full {
+                    o.insert("result".into(), r.to_json());
+                }
+            }
+        }
+        Value::Object(o)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Default)]
+struct Table {
+    jobs: HashMap<String, Job>,
+    /// Slots taken by calls between the check of `max_jobs` and their start.
+    reserved: usize,
+    closing: bool,
+}
+
+impl Table {
+    fn running(&self) -> usize {
+        self.jobs.values().filter(|j| j.ended.is_none()).count()
+    }
+
+    /// Forgets ended jobs past [`FINISHED_TTL`], and the oldest past [`MAX_FINISHED`].
+    fn prune(&mut self) {
+        self.jobs.retain(|_, j| j.ended.as_ref().is_none_or(|(_, at)| at.elapsed() < FINISHED_TTL));
+        let mut ended: Vec<(Instant, String)> =
+            self.jobs.iter().filter_map(|(id, j)| j.ended.as_ref().map(|(_, at)| (*at, id.clone()))).collect();
+        if ended.len() > MAX_FINISHED {
+            ended.sort();
+            for (_, id) in ended.iter().take(ended.len() - MAX_FINISHED) {
+                self.jobs.remove(id);
+            }
+        }
+    }
+}
+
+/// The job table of one `serve` process.
+pub struct Jobs {
+    max: usize,
+    table: Mutex<Table>,
+    /// Signalled whenever a job ends.
+    ended: Condvar,
+}
+
+/// A place among the `max_jobs`, taken before the call is approved; given
+/// back when dropped unless a job started with it.
+pub struct Slot {
+    jobs: Arc<Jobs>,
+    used: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.used {
+            let mut t = lock(&self.jobs.table);
+            t.reserved = t.reserved.saturating_sub(1);
+        }
+    }
+}
+
+/// The `NOT_FOUND` of a handle that is not the caller's, whatever the reason.
+fn not_found(id: &str) -> CallError {
+    let shown: String = id.chars().take(40).collect();
+    CallError::new(
+        ErrorCode::NotFound,
+        format!(
+            "no job {shown:?}: it never existed, was started by another connection, or was forgotten {} after it ended",
+            crate::policy::units::format_duration(FINISHED_TTL)
+        ),
+    )
+}
+
+fn new_handle() -> Result<String, CallError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b)
+        .map_err(|e| CallError::new(ErrorCode::Internal, format!("no randomness for a job handle: {e}")))?;
+    Ok(format!("j-{}", hex::encode(b)))
+}
+
+impl Jobs {
+    /// A table that runs at most `max` jobs at once (`[defaults] max_jobs`).
+    pub fn new(max: usize) -> Jobs {
+        Jobs { max, table: Mutex::default(), ended: Condvar::new() }
+    }
+
+    /// Takes a place among the running jobs, or says why there is none.
+    pub fn reserve(self: &Arc<Self>) -> Result<Slot, CallError> {
+        let mut t = lock(&self.table);
+        if t.closing {
+            return Err(CallError::new(ErrorCode::Internal, "the server is shutting down: no new jobs start"));
+        }
+        if t.running() + t.reserved >= self.max {
+            return Err(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{} background jobs are running, the most [defaults] max_jobs allows; wait for one to end \
+                     (job_status), cancel one (job_cancel), or raise max_jobs in the policy",
+                    self.max
+                ),
+            ));
+        }
+        t.reserved += 1;
+        Ok(Slot { jobs: self.clone(), used: false })
+    }
+
+    /// Starts `ready` as a job of `owner`: writes its start record, then runs
+    /// it on a thread of its own with `finish` (the executor's Run stage and
+    /// end record). Returns the handle document.
+    pub fn start(
+        self: &Arc<Self>,
+        mut slot: Slot,
+        owner: Arc<str>,
+        ready: Ready,
+        max_output: usize,
+        record_start: impl FnOnce(&Ready) -> Result<(), CallError>,
+        finish: impl FnOnce(Ready, &CallHooks<'_>) -> CallResponse + Send + 'static,
+    ) -> Result<Value, CallError> {
+        let id = new_handle()?;
+        record_start(&ready)?;
+        let output = Arc::new(Mutex::new(Output::new(max_output.clamp(2, 64 << 20))));
+        let cancel = Cancel::new();
+        let job = Job {
+            owner,
+            tool: ready.tool().to_string(),
+            call_id: ready.call_id().to_string(),
+            started: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            since: Instant::now(),
+            cancel: cancel.clone(),
+            output: output.clone(),
+            ended: None,
+            thread: None,
+        };
+        let handle = json!({"job": id, "status": "running", "tool": job.tool, "call_id": job.call_id});
+        {
+            let mut t = lock(&self.table);
+            t.reserved = t.reserved.saturating_sub(1);
+            slot.used = true;
+            t.jobs.insert(id.clone(), job);
+        }
+        let tap_out = output.clone();
+        let tap: OutputTap = Arc::new(move |_, bytes: &[u8]| lock(&tap_out).push(bytes));
+        let jobs = self.clone();
+        let job_id = id.clone();
+        let (tool, call_id) = (ready.tool().to_string(), ready.call_id().to_string());
+        let spawned = std::thread::Builder::new().name("warden-job".into()).spawn(move || {
+            let hooks = CallHooks { approve: None, cancel, tap: Some(tap), progress: None };
+            // A panic must not leave the job `running` for ever, holding a place among max_jobs.
+            let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(ready, &hooks)))
+                .unwrap_or_else(|_| CallResponse {
+                    status: Status::Error,
+                    tool,
+                    call_id,
+                    result: None,
+                    truncated: false,
+                    error: Some(CallError::new(
+                        ErrorCode::Internal,
+                        "the job's thread panicked before its end record was written",
+                    )),
+                    cache: None,
+                    reason: None,
+                    duration_ms: 0.0,
+                });
+            jobs.end(&job_id, response, &output);
+        });
+        let mut t = lock(&self.table);
+        match spawned {
+            Ok(thread) => {
+                if let Some(j) = t.jobs.get_mut(&id) {
+                    j.thread = Some(thread);
+                }
+                Ok(handle)
+            }
+            Err(e) => {
+                t.jobs.remove(&id);
+                Err(CallError::new(ErrorCode::Internal, format!("cannot start the job's thread: {e}")))
+            }
+        }
+    }
+
+    /// Marks a job ended. A job that printed nothing (a component) gets its
+    /// result's text as its output.
+    fn end(&self, id: &str, response: CallResponse, output: &Mutex<Output>) {
+        {
+            let mut out = lock(output);
+            if out.total == 0
+                && let Some(v) = &response.result
+            {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                out.push(text.as_bytes());
+            }
+        }
+        let mut t = lock(&self.table);
+        if let Some(j) = t.jobs.get_mut(id) {
+            j.ended = Some((response, Instant::now()));
+        }
+        self.ended.notify_all();
+    }
+
+    /// `job_status`.
+    pub fn status(&self, owner: &str, id: &str) -> Result<Value, CallError> {
+        let mut t = lock(&self.table);
+        t.prune();
+        let j = t.jobs.get(id).filter(|j| &*j.owner == owner).ok_or_else(|| not_found(id))?;
+        Ok(j.summary(id, true))
+    }
+
+    /// `job_output`: up to `limit` bytes (at most [`MAX_OUTPUT_CHUNK`]) from `offset`.
+    pub fn output(&self, owner: &str, id: &str, offset: u64, limit: usize) -> Result<Value, CallError> {
+        let mut t = lock(&self.table);
+        t.prune();
+        let j = t.jobs.get(id).filter(|j| &*j.owner == owner).ok_or_else(|| not_found(id))?;
+        let out = lock(&j.output);
+        let (bytes, next, skipped) = out.read(offset, limit.clamp(1, MAX_OUTPUT_CHUNK));
+        let done = j.ended.is_some();
+        Ok(json!({
+            "job": id,
+            "status": j.status(),
+            "offset": offset,
+            "next_offset": next,
+            "skipped": skipped,
+            "total": out.total,
+            "eof": done && next >= out.total,
+            "output": String::from_utf8_lossy(&bytes),
+        }))
+    }
+
+    /// `job_cancel`: the job's teardown, then its status once its end record
+    /// is written (or still `running` if that takes longer than [`CANCEL_WAIT`]).
+    pub fn cancel(&self, owner: &str, id: &str) -> Result<Value, CallError> {
+        let mut t = lock(&self.table);
+        t.prune();
+        let j = t.jobs.get(id).filter(|j| &*j.owner == owner).ok_or_else(|| not_found(id))?;
+        j.cancel.cancel();
+        let deadline = Instant::now() + CANCEL_WAIT;
+        while t.jobs.get(id).is_some_and(|j| j.ended.is_none()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            t = self.ended.wait_timeout(t, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        let j = t.jobs.get(id).ok_or_else(|| not_found(id))?;
+        Ok(j.summary(id, true))
+    }
+
+    /// `job_list`: the owner's jobs, running first, then by start.
+    pub fn list(&self, owner: &str) -> Value {
+        let mut t = lock(&self.table);
+        t.prune();
+        let mut mine: Vec<(&String, &Job)> = t.jobs.iter().filter(|(_, j)| &*j.owner == owner).collect();
+        mine.sort_by_key(|(_, j)| (j.ended.is_some(), j.since));
+        json!({"jobs": mine.iter().map(|(id, j)| j.summary(id, false)).collect::<Vec<_>>(), "max_jobs": self.max})
+    }
+
+    /// Cancels every running job and waits until each has written its end
+    /// record; no job starts afterwards.
+    pub fn shutdown(&self) {
+        let threads: Vec<std::thread::JoinHandle<()>> = {
+            let mut t = lock(&self.table);
+            t.closing = true;
+            t.jobs
+                .values_mut()
+                .filter_map(|j| {
+                    j.cancel.cancel();
+                    j.thread.take()
+                })
+                .collect()
+        };
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The job tools' MCP definitions.
+pub fn tools() -> Vec<Tool> {
+    let job = json!({"type": "string", "description": "the handle a background tool answered with (j-…)"});
+    let defs = [
+        (
+            "job_status",
+            "[warden] The status of a background job: running, finished (with exit_code), failed or cancelled, \
+             and its result document once it ended.",
+            json!({"type": "object", "properties": {"job": job}, "required": ["job"], "additionalProperties": false}),
+            true,
+        ),
+        (
+            "job_output",
+            "[warden] A background job's output from `offset` (0 at first; then the `next_offset` of the last \
+             answer), at most 65536 bytes (`limit`) a call. Past the tool's max_output the middle is dropped: \
+             `skipped` counts the bytes jumped over.",
+            json!({"type": "object", "properties": {
+                "job": job,
+                "offset": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_CHUNK},
+            }, "required": ["job"], "additionalProperties": false}),
+            true,
+        ),
+        (
+            "job_cancel",
+            "[warden] Cancels a background job (its sandbox is torn down) and answers its status once it ended.",
+            json!({"type": "object", "properties": {"job": job}, "required": ["job"], "additionalProperties": false}),
+            false,
+        ),
+        (
+            "job_list",
+            "[warden] The background jobs started on this connection: running ones, and ended ones for 10 minutes.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            true,
+        ),
+    ];
+    defs.into_iter()
+        .map(|(name, description, schema, read_only)| {
+            let schema: JsonObject = match schema {
+                Value::Object(o) => o,
+                _ => JsonObject::new(),
+            };
+            Tool::new(name, description, Arc::new(schema)).with_annotations(
+                ToolAnnotations::new().read_only(read_only).destructive(false).idempotent(read_only).open_world(false),
+            )
+        })
+        .collect()
+}
+
+/// Answers a call of job tool `name` for `owner`; `None` when `name` is not one.
+pub fn call(jobs: &Jobs, owner: &str, name: &str, args: &JsonObject) -> Option<CallToolResult> {
+    if !crate::policy::JOB_TOOLS.contains(&name) {
+        return None;
+    }
+    let job = args.get("job").and_then(Value::as_str);
+    let answer = match (name, job) {
+        ("job_list", _) => Ok(jobs.list(owner)),
+        (_, None) => Err(CallError::new(ErrorCode::InvalidArgs, format!("{name}: `job` (a string) is required"))),
+        ("job_status", Some(id)) => jobs.status(owner, id),
+        ("job_cancel", Some(id)) => jobs.cancel(owner, id),
+        (_, Some(id)) => {
+            let offset = args.get("offset").map_or(Some(0), Value::as_u64);
+            let limit = args.get("limit").map_or(Some(MAX_OUTPUT_CHUNK as u64), Value::as_u64);
+            match (offset, limit) {
+                (Some(offset), Some(limit)) => {
+                    jobs.output(owner, id, offset, usize::try_from(limit).unwrap_or(MAX_OUTPUT_CHUNK))
+                }
+                _ => Err(CallError::new(
+                    ErrorCode::InvalidArgs,
+                    format!("{name}: `offset` and `limit` must be whole numbers (limit at least 1)"),
+                )),
+            }
+        }
+    };
+    Some(match answer {
+        Ok(doc) => {
+            let mut r = CallToolResult::success(vec![ContentBlock::text(doc.to_string())]);
+            r.structured_content = Some(doc);
+            r
+        }
+        Err(e) => {
+            let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
+            r.structured_content = Some(json!({
+                "status": "error",
+                "error": {"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()},
+            }));
+            r
+        }
+    })
+}
+
+/// A job's handle as the result of the call that started it.
+pub fn handle_result(handle: Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(handle.to_string())]);
+    r.structured_content = Some(handle);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use super::{Job, Jobs, Output};
+    use crate::error::ErrorCode;
+    use crate::runtime::Cancel;
+
+    fn with_job(owner: &str) -> Arc<Jobs> {
+        let jobs = Arc::new(Jobs::new(1));
+        let job = Job {
+            owner: Arc::from(owner),
+            tool: "bg".into(),
+            call_id: "c-1".into(),
+            started: "now".into(),
+            since: Instant::now(),
+            cancel: Cancel::new(),
+            output: Arc::new(Mutex::new(Output::new(16))),
+            ended: None,
+            thread: None,
+        };
+        super::lock(&jobs.table).jobs.insert("j-1".into(), job);
+        jobs
+    }
+
+    #[test]
+    fn another_owner_gets_the_answer_of_a_missing_job() {
+        let jobs = with_job("stdio:1");
+        assert_eq!(jobs.status("stdio:1", "j-1").map(|v| v["status"].clone()).ok(), Some("running".into()));
+        for (owner, id) in [("token:x", "j-1"), ("stdio:1", "j-2")] {
+            let e = jobs.status(owner, id).err().map(|e| (e.code, e.message.replace(id, "ID")));
+            let missing = jobs.status("stdio:1", "j-2").err().map(|e| (e.code, e.message.replace("j-2", "ID")));
+            assert_eq!(e, missing);
+            assert_eq!(e.map(|e| e.0), Some(ErrorCode::NotFound));
+        }
+        assert!(jobs.output("token:x", "j-1", 0, 10).is_err());
+        assert!(jobs.list("token:x")["jobs"].as_array().is_some_and(Vec::is_empty));
+    }
+
+    #[test]
+    fn max_jobs_counts_running_and_reserved() {
+        let jobs = with_job("o");
+        let e = jobs.reserve().err().map(|e| (e.code, e.message));
+        assert!(e.as_ref().is_some_and(|(c, m)| *c == ErrorCode::LimitExceeded && m.contains("[defaults] max_jobs")));
+        let free = Arc::new(Jobs::new(1));
+        let slot = free.reserve();
+        assert!(slot.is_ok() && free.reserve().is_err());
+        drop(slot);
+        assert!(free.reserve().is_ok());
+    }
+
+    #[test]
+    fn output_keeps_head_and_tail_and_counts_the_middle() {
+        let mut o = Output::new(8);
+        o.push(b"0123");
+        o.push(b"456789ab");
+        assert_eq!(o.total, 12);
+        let (b, next, skipped) = o.read(0, 100);
+        assert_eq!((b.as_slice(), next, skipped), (&b"0123"[..], 4, 0));
+        let (b, next, skipped) = o.read(4, 100);
+        assert_eq!((b.as_slice(), next, skipped), (&b"89ab"[..], 12, 4));
+        let (b, next, _) = o.read(12, 100);
+        assert_eq!((b.len(), next), (0, 12));
+    }
+
+    #[test]
+    fn output_reads_in_chunks() {
+        let mut o = Output::new(100);
+        o.push(b"hello world");
+        let (b, next, _) = o.read(0, 5);
+        assert_eq!((b.as_slice(), next), (&b"hello"[..], 5));
+        let (b, next, _) = o.read(next, 100);
+        assert_eq!((b.as_slice(), next), (&b" world"[..], 11));
+    }
+}
