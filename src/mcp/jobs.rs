@@ -389,7 +389,8 @@ impl Jobs {
             "skipped": skipped,
             "total": out.total,
             "eof": done && next >= out.total,
-            "output": String::from_utf8_lossy(&bytes),
+            // What reaches the model is cleaned like every result: no escapes, no invisible text.
+            "output": crate::shape::sanitize_str(&String::from_utf8_lossy(&bytes)),
         }))
     }
 
@@ -603,6 +604,27 @@ mod tests {
         assert_eq!((b.as_slice(), next, skipped), (&b"89ab"[..], 12, 4));
         let (b, next, _) = o.read(12, 100);
         assert_eq!((b.len(), next), (0, 12));
+    }
+
+    #[test]
+    fn job_output_is_cleaned_like_any_result() {
+        let jobs = with_job("o");
+        {
+            let t = super::lock(&jobs.table);
+            let job = t.jobs.get("j-1").map(|j| j.output.clone());
+            drop(t);
+            if let Some(out) = job {
+                super::lock(&out).push("a\u{1b}]0;x\u{7}b\u{202e}c".as_bytes());
+            }
+        }
+        // The head (8 bytes here), then the rest from where it ended.
+        let read = |offset| {
+            let v = jobs.output("o", "j-1", offset, 100).map(|v| v["output"].as_str().map(str::to_string));
+            v.ok().flatten().unwrap_or_default()
+        };
+        let text = read(0) + &read(8);
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'), "{text:?}");
+        assert!(text.starts_with('a') && text.ends_with('c'), "{text:?}");
     }
 
     #[test]
