@@ -25,13 +25,18 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use rustix::fs::{
+    AtFlags, CWD, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, fstatfs, openat, openat2, statat,
+};
+use rustix::io::Errno;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -214,7 +219,10 @@ pub fn may_write(spec: &ToolSpec) -> bool {
 
 /// The state of everything `spec` may read, as one hash.
 fn fingerprint(spec: &ToolSpec) -> Result<[u8; 32], String> {
-    let system: Vec<&Path> = SYSTEM_READ.iter().chain(SYSTEM_WRITE).map(Path::new).collect();
+    // `{system}`'s own paths belong to the package manager; a path the policy
+    // names itself is walked like any other.
+    let system: Vec<&Path> =
+        if spec.grants.system { SYSTEM_READ.iter().chain(SYSTEM_WRITE).map(Path::new).collect() } else { Vec::new() };
     let mut roots: Vec<PathBuf> = spec
         .grants
         .paths
@@ -239,65 +247,187 @@ struct Walk {
     now: SystemTime,
 }
 
+/// The deepest directory nesting walked (each level holds one descriptor).
+const MAX_DEPTH: usize = 128;
+
+/// File systems whose files change without their times changing: a result read
+/// there could be stale, so a tool that reads them is not cached.
+const VOLATILE_FS: &[(i64, &str)] = &[
+    (0x9fa0, "proc"),
+    (0x6265_6572, "sysfs"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpf"),
+];
+
+/// One directory being walked: its descriptor, its path (for the hash and for
+/// messages only: nothing is opened by path) and the names left to look at.
+struct Frame {
+    fd: OwnedFd,
+    path: PathBuf,
+    names: std::vec::IntoIter<OsString>,
+}
+
 impl Walk {
-    /// Hashes `root` and everything under it, without following links.
+    /// Hashes `root` and everything under it by descriptor: the root is opened
+    /// with no symbolic link anywhere on its path, and each entry below it
+    /// relative to its directory's descriptor, never following a link, so a
+    /// tool that swaps a directory for a link while warden walks cannot send
+    /// the walk anywhere else (a host-side read of paths a tool controls).
     fn tree(&mut self, root: &Path) -> Result<(), String> {
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(path) = stack.pop() {
-            self.entries += 1;
-            if self.entries > MAX_ENTRIES {
-                return Err(format!(
-                    "its read grants hold more than {MAX_ENTRIES} entries (under {}), too many to watch for changes",
-                    root.display()
-                ));
+        let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = match openat2(CWD, root, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => fd,
+            // A path that does not exist is a state too.
+            Err(Errno::NOENT) => {
+                self.hash.update(root.as_os_str().as_bytes());
+                self.hash.update(b"\0missing\0");
+                return Ok(());
             }
-            let meta = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                // A path that does not exist is a state too.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Errno::LOOP | Errno::XDEV) => {
+                return Err(format!("its grant {} passes through a symbolic link", root.display()));
+            }
+            Err(e) => return Err(format!("cannot open {}: {e}", root.display())),
+        };
+        let st = fstat(&fd).map_err(|e| format!("cannot look at {}: {e}", root.display()))?;
+        self.entry(root, &st)?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                let dir = openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(|e| format!("cannot open {}: {e}", root.display()))?;
+                let frame = self.frame(dir, root.to_path_buf())?;
+                self.walk(frame)
+            }
+            FileType::RegularFile if self.racy(&st) => {
+                // Reopened through the O_PATH descriptor: the very file looked at.
+                let file = openat(
+                    CWD,
+                    format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+                    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| format!("cannot read {}: {e}", root.display()))?;
+                self.contents(file, root, st.st_size as u64)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Walks the directories below `first`, depth first, in name order.
+    fn walk(&mut self, first: Frame) -> Result<(), String> {
+        let mut stack = vec![first];
+        loop {
+            let depth = stack.len();
+            let Some(top) = stack.last_mut() else { break };
+            let Some(name) = top.names.next() else {
+                stack.pop();
+                continue;
+            };
+            let path = top.path.join(&name);
+            let st = match statat(&top.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => {
                     self.hash.update(path.as_os_str().as_bytes());
                     self.hash.update(b"\0missing\0");
                     continue;
                 }
                 Err(e) => return Err(format!("cannot look at {}: {e}", path.display())),
             };
-            self.hash.update(path.as_os_str().as_bytes());
-            self.hash.update([0]);
-            for n in [
-                meta.dev(),
-                meta.ino(),
-                u64::from(meta.mode()),
-                meta.size(),
-                meta.mtime() as u64,
-                meta.mtime_nsec() as u64,
-                meta.ctime() as u64,
-                meta.ctime_nsec() as u64,
-            ] {
-                self.hash.update(n.to_le_bytes());
-            }
-            if meta.is_file() && meta.modified().is_ok_and(|m| self.now.duration_since(m).map_or(true, |d| d < RACY)) {
-                self.contents(&path, meta.size())?;
-            }
-            if meta.is_dir() {
-                // Never more than the bound in memory, however large the directory.
-                let mut names: Vec<PathBuf> = std::fs::read_dir(&path)
-                    .map_err(|e| format!("cannot list {}: {e}", path.display()))?
-                    .take(MAX_ENTRIES + 1)
-                    .filter_map(|d| d.ok().map(|d| d.path()))
-                    .collect();
-                if names.len() > MAX_ENTRIES {
-                    return Err(format!("{} holds more than {MAX_ENTRIES} entries", path.display()));
+            self.entry(&path, &st)?;
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => {
+                    if depth >= MAX_DEPTH {
+                        return Err(format!("{} is nested more than {MAX_DEPTH} directories deep", path.display()));
+                    }
+                    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    let dir = openat(&top.fd, name.as_os_str(), flags, Mode::empty())
+                        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                    let frame = self.frame(dir, path)?;
+                    stack.push(frame);
                 }
-                names.sort();
-                // Popped last first: push in reverse to walk in order.
-                stack.extend(names.into_iter().rev());
+                FileType::RegularFile if self.racy(&st) => {
+                    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+                    let file = openat(&top.fd, name.as_os_str(), flags, Mode::empty())
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    self.contents(file, &path, st.st_size as u64)?;
+                }
+                _ => {}
             }
         }
         Ok(())
     }
 
+    /// A directory to walk: refused on a volatile file system; its names sorted,
+    /// never more than the bound in memory however large it is.
+    #[allow(clippy::unnecessary_cast)]
+    fn frame(&mut self, fd: OwnedFd, path: PathBuf) -> Result<Frame, String> {
+        if let Ok(fs) = fstatfs(&fd)
+            && let Some((_, kind)) = VOLATILE_FS.iter().find(|(magic, _)| *magic == fs.f_type as i64)
+        {
+            return Err(format!(
+                "{} is on {kind}, whose files change without their times changing: a result could be stale",
+                path.display()
+            ));
+        }
+        let dir = Dir::read_from(&fd).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+        let mut names: Vec<OsString> = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if names.len() >= MAX_ENTRIES {
+                return Err(format!("{} holds more than {MAX_ENTRIES} entries", path.display()));
+            }
+            names.push(OsString::from_vec(name.to_vec()));
+        }
+        names.sort();
+        Ok(Frame { fd, path, names: names.into_iter() })
+    }
+
+    /// Hashes one entry's path and state, counting it against the bound.
+    // The stat fields' types differ between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    fn entry(&mut self, path: &Path, st: &Stat) -> Result<(), String> {
+        self.entries += 1;
+        if self.entries > MAX_ENTRIES {
+            return Err(format!(
+                "its read grants hold more than {MAX_ENTRIES} entries (at {}), too many to watch for changes",
+                path.display()
+            ));
+        }
+        self.hash.update(path.as_os_str().as_bytes());
+        self.hash.update([0]);
+        for n in [
+            st.st_dev,
+            st.st_ino,
+            u64::from(st.st_mode),
+            st.st_size as u64,
+            st.st_mtime as u64,
+            st.st_mtime_nsec as u64,
+            st.st_ctime as u64,
+            st.st_ctime_nsec as u64,
+        ] {
+            self.hash.update(n.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Whether a file was modified too recently for its times to tell a change.
+    #[allow(clippy::unnecessary_cast)]
+    fn racy(&self, st: &Stat) -> bool {
+        let modified = SystemTime::UNIX_EPOCH
+            + Duration::from_secs(st.st_mtime.max(0) as u64)
+            + Duration::from_nanos(st.st_mtime_nsec as u64);
+        self.now.duration_since(modified).map_or(true, |d| d < RACY)
+    }
+
     /// Hashes the contents of a file changed too recently for its times to tell.
-    fn contents(&mut self, path: &Path, size: u64) -> Result<(), String> {
+    fn contents(&mut self, file: OwnedFd, path: &Path, size: u64) -> Result<(), String> {
         self.racy_bytes += size;
         if self.racy_bytes > MAX_RACY_BYTES {
             return Err(format!(
@@ -307,18 +437,14 @@ impl Walk {
                 path.display()
             ));
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         // The tool may have swapped the file for a FIFO since it was looked at:
         // read only a regular file (opened non-blocking, so a FIFO never hangs the open).
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
+        if !fstat(&file).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile) {
             return Err(format!("{} is no longer a regular file", path.display()));
         }
         let mut buf = Vec::new();
-        file.take(MAX_RACY_BYTES + 1)
+        std::fs::File::from(file)
+            .take(MAX_RACY_BYTES + 1)
             .read_to_end(&mut buf)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         self.hash.update(b"\0contents\0");
@@ -393,8 +519,30 @@ mod tests {
         let mut w = Walk { hash: Sha256::new(), entries: 0, racy_bytes: 0, now: SystemTime::now() };
         w.tree(dir.path()).unwrap();
         assert_eq!(w.entries, 5, "the directory and its four entries, once each");
-        // A FIFO opened by `contents` (as after a swap) does not block.
-        let err = w.contents(&dir.path().join("fifo"), 0).unwrap_err();
+        // A FIFO handed to `contents` (as after a swap) is not read.
+        let fifo = dir.path().join("fifo");
+        let fd = openat(CWD, &fifo, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).unwrap();
+        let err = w.contents(fd, &fifo, 0).unwrap_err();
         assert!(err.contains("no longer a regular file"), "{err}");
+    }
+
+    /// A grant whose path passes through a link (a tool swapped a directory for
+    /// one) is not walked; nor is a file system whose times do not move.
+    #[test]
+    fn a_fingerprint_refuses_a_linked_root_and_proc() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("swapped")).unwrap();
+        let walk = |root: &Path| {
+            let mut w = Walk { hash: Sha256::new(), entries: 0, racy_bytes: 0, now: SystemTime::now() };
+            w.tree(root).map(|()| w.entries)
+        };
+        assert_eq!(walk(&dir.path().join("real")), Ok(1));
+        for root in [dir.path().join("swapped"), dir.path().join("swapped/ssl")] {
+            let err = walk(&root).unwrap_err();
+            assert!(err.contains("passes through a symbolic link"), "{err}");
+        }
+        let err = walk(Path::new("/proc/sys")).unwrap_err();
+        assert!(err.contains("on proc"), "{err}");
     }
 }

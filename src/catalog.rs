@@ -168,7 +168,7 @@ impl Catalog {
             return Err(CallError::new(
                 ErrorCode::Denied,
                 format!(
-                    "{shown}: not in profile {} ({}); add it to `tools` of [profiles.{}] to offer it to this agent",
+                    "{shown:?}: not in profile {} ({}); add it to `tools` of [profiles.{}] to offer it to this agent",
                     profile.name, profile.location, profile.name
                 ),
             ));

@@ -209,6 +209,11 @@ pub fn fit_content(v: Value, max: usize) -> (Value, bool) {
         size(&Value::Object(o.clone())) - 2 + serde_json::to_vec(blocks).map_or(usize::MAX, |b| b.len())
     };
     let mut dropped_blocks = 0usize;
+    // More blocks than could ever fit (each is at least 16 bytes of JSON) go in
+    // one step, so a flood of tiny blocks costs no pass over all of them.
+    let cap = max / 16 + 1;
+    let early = blocks.len().saturating_sub(cap);
+    blocks.truncate(cap);
     for _ in 0..64 {
         let total = doc_size(&o, &blocks);
         if total <= max_doc {
@@ -251,7 +256,7 @@ pub fn fit_content(v: Value, max: usize) -> (Value, bool) {
         }
     }
     // Many small blocks: drop from the end, and say how many.
-    let mut tail_dropped = 0usize;
+    let mut tail_dropped = early;
     let mut total = doc_size(&o, &blocks);
     if total > max_doc {
         // Room for the text block that counts them.

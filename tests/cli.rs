@@ -825,4 +825,11 @@ fn cache_is_refused_where_a_result_could_go_stale() {
     );
     assert_eq!(net.code, 1, "{net:?}");
     assert!(net.stderr.contains("network grants"), "{net:?}");
+    let ipc = env.write(
+        "ipc.toml",
+        "version = 1\n[tools.t]\nexec = [\"/bin/true\"]\ntier = \"auto\"\nsysv_ipc = true\ncache = \"1m\"\n",
+    );
+    let ipc = env.run(&["policy", "check", ipc.to_str().unwrap()]);
+    assert_eq!(ipc.code, 1, "{ipc:?}");
+    assert!(ipc.stderr.contains("sysv_ipc"), "{ipc:?}");
 }

@@ -53,6 +53,9 @@ pub const MAX_FINISHED: usize = 64;
 pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
 /// How long `job_cancel` waits for the job's end record.
 pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How long `serve` waits at exit for its jobs' end records (and for calls
+/// still being approved, which then never start).
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
 /// A job's output as it arrives: the first half of the bound kept whole, then
 /// the last half; what falls between is dropped and counted.
@@ -282,6 +285,10 @@ impl Jobs {
         finish: impl FnOnce(Ready, &CallHooks<'_>) -> CallResponse + Send + 'static,
     ) -> Result<Value, CallError> {
         let id = new_handle()?;
+        // A call approved while serve was stopping never starts (nor leaves a start record).
+        if lock(&self.table).closing {
+            return Err(CallError::new(ErrorCode::Internal, "the server is shutting down: no new jobs start"));
+        }
         record_start(&ready)?;
         let output = Arc::new(Mutex::new(Output::new(max_output.clamp(2, 64 << 20))));
         let cancel = Cancel::new();
@@ -301,6 +308,11 @@ impl Jobs {
             let mut t = lock(&self.table);
             t.reserved = t.reserved.saturating_sub(1);
             slot.used = true;
+            // Shutdown began since the check above: the job ends at once, cancelled,
+            // and shutdown waits for its end record.
+            if t.closing {
+                job.cancel.cancel();
+            }
             t.jobs.insert(id.clone(), job);
         }
         let tap_out = output.clone();
@@ -425,17 +437,27 @@ impl Jobs {
     /// Cancels every running job and waits until each has written its end
     /// record; no job starts afterwards.
     pub fn shutdown(&self) {
-        let threads: Vec<std::thread::JoinHandle<()>> = {
-            let mut t = lock(&self.table);
-            t.closing = true;
-            t.jobs
-                .values_mut()
-                .filter_map(|j| {
-                    j.cancel.cancel();
-                    j.thread.take()
-                })
-                .collect()
-        };
+        let mut t = lock(&self.table);
+        t.closing = true;
+        // Until no job runs and no call holds a place (one may still become a
+        // job, which then starts cancelled), bounded.
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        loop {
+            for j in t.jobs.values().filter(|j| j.ended.is_none()) {
+                j.cancel.cancel();
+            }
+            if (t.running() == 0 && t.reserved == 0) || Instant::now() >= deadline {
+                break;
+            }
+            t = match self.ended.wait_timeout(t, Duration::from_millis(100)) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        // Only ended jobs are joined: exit stays bounded even if a teardown hangs.
+        let threads: Vec<std::thread::JoinHandle<()>> =
+            t.jobs.values_mut().filter(|j| j.ended.is_some()).filter_map(|j| j.thread.take()).collect();
+        drop(t);
         for thread in threads {
             let _ = thread.join();
         }

@@ -767,7 +767,7 @@ fn compile_tool(
 
     let rules = compile_rules(c, name, &t.rule);
     let tier = t.tier.unwrap_or(default_tier);
-    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net));
+    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net, sysv_ipc));
     let background = t.background.as_ref().filter(|b| *b.get_ref());
     if let (Some(b), Some(_)) = (background, &t.cache) {
         c.problem(
@@ -806,6 +806,7 @@ fn compile_cache(
     tier: Tier,
     paths: &[PathGrant],
     net: &[NetGrant],
+    sysv_ipc: bool,
 ) -> Option<std::time::Duration> {
     let ttl = d.get_ref().0;
     let why = if ttl.is_zero() || ttl > MAX_CACHE {
@@ -820,6 +821,12 @@ fn compile_cache(
              something must run every time",
             w.path
         ))
+    } else if sysv_ipc {
+        Some(
+            "does not apply with sysv_ipc = true: shared memory and message queues change without any file \
+             changing"
+                .to_string(),
+        )
     } else {
         net.first().map(|n| {
             format!(
