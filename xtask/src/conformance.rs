@@ -52,15 +52,7 @@ pub(crate) fn run() -> Result<(), String> {
     let cache = root.join("target/conformance");
     let (node, suite) = install(&cache)?;
 
-    let status = super::cargo()
-        .current_dir(&root)
-        .args(["build", "--locked", "--bin", "warden"])
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err("building warden failed".into());
-    }
-    let warden = root.join("target/debug/warden");
+    let warden = super::debug_warden(&root)?;
 
     let scratch = cache.join("run");
     let _ = std::fs::remove_dir_all(&scratch);

@@ -50,17 +50,27 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
-fn tour() -> Result<(), String> {
-    let root = root();
+/// The debug `warden` binary, built first: or the one `WARDEN_BIN` names
+/// (CI passes the one `cargo test` built, whose features differ from a plain
+/// `cargo build`'s, so building again would compile half the tree twice).
+fn debug_warden(root: &Path) -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os("WARDEN_BIN").map(PathBuf::from) {
+        return if bin.is_file() { Ok(bin) } else { Err(format!("WARDEN_BIN={} is not a file", bin.display())) };
+    }
     let status = cargo()
-        .current_dir(&root)
+        .current_dir(root)
         .args(["build", "--locked", "--bin", "warden"])
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err("building warden failed".into());
     }
-    let warden = root.join("target/debug/warden");
+    Ok(root.join("target/debug/warden"))
+}
+
+fn tour() -> Result<(), String> {
+    let root = root();
+    let warden = debug_warden(&root)?;
     let scratch = std::env::temp_dir().join(format!("warden-tour-{}", std::process::id()));
     let ws = scratch.join("workspace");
     std::fs::create_dir_all(&ws).map_err(|e| e.to_string())?;
