@@ -34,7 +34,7 @@
 //! error), and their calls are not audited (they read the job table; the
 //! job's own call has its two records).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -43,6 +43,7 @@ use serde_json::{Value, json};
 
 use crate::error::{CallError, ErrorCode};
 use crate::executor::{CallHooks, CallResponse, Ready, Status};
+use crate::runtime::capture::HeadTail;
 use crate::runtime::{Cancel, OutputTap};
 
 /// How long an ended job is kept for `job_status` and `job_output`.
@@ -57,62 +58,8 @@ pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// still being approved, which then never start).
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
-/// A job's output as it arrives: the first half of the bound kept whole, then
-/// the last half; what falls between is dropped and counted.
-#[derive(Debug)]
-struct Output {
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    head_cap: usize,
-    tail_cap: usize,
-    /// Every byte seen, kept or not.
-    total: u64,
-}
-
-impl Output {
-    fn new(max: usize) -> Output {
-        let head_cap = max / 2;
-        Output { head: Vec::new(), tail: VecDeque::new(), head_cap, tail_cap: max - head_cap, total: 0 }
-    }
-
-    fn push(&mut self, mut bytes: &[u8]) {
-        self.total += bytes.len() as u64;
-        let room = self.head_cap.saturating_sub(self.head.len());
-        if room > 0 {
-            let n = room.min(bytes.len());
-            self.head.extend_from_slice(&bytes[..n]);
-            bytes = &bytes[n..];
-        }
-        if bytes.len() >= self.tail_cap {
-            self.tail.clear();
-            self.tail.extend(&bytes[bytes.len() - self.tail_cap..]);
-            return;
-        }
-        let over = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
-        self.tail.drain(..over);
-        self.tail.extend(bytes);
-    }
-
-    /// Up to `limit` bytes from `offset`, the offset after them, and how many
-    /// bytes from `offset` on were dropped before the kept tail.
-    fn read(&self, offset: u64, limit: usize) -> (Vec<u8>, u64, u64) {
-        let head_len = self.head.len() as u64;
-        if offset < head_len {
-            let from = offset as usize;
-            let to = (from + limit).min(self.head.len());
-            return (self.head[from..to].to_vec(), to as u64, 0);
-        }
-        let tail_start = self.total - self.tail.len() as u64;
-        let (from, skipped) = if offset < tail_start { (tail_start, tail_start - offset) } else { (offset, 0) };
-        if from >= self.total {
-            return (Vec::new(), self.total.max(offset), skipped);
-        }
-        let i = (from - tail_start) as usize;
-        let chunk: Vec<u8> = self.tail.iter().skip(i).take(limit).copied().collect();
-        let next = from + chunk.len() as u64;
-        (chunk, next, skipped)
-    }
-}
+/// A job's stdout and stderr, in arrival order, head and tail within `max_output`.
+type Output = HeadTail;
 
 /// One job.
 struct Job {
@@ -147,7 +94,7 @@ impl Job {
         o.insert("status".into(), json!(self.status()));
         o.insert("call_id".into(), json!(self.call_id));
         o.insert("started".into(), json!(self.started));
-        o.insert("output_bytes".into(), json!(lock(&self.output).total));
+        o.insert("output_bytes".into(), json!(lock(&self.output).total()));
         match &self.ended {
             None => {
                 o.insert("running_ms".into(), json!(self.since.elapsed().as_millis() as u64));
@@ -360,7 +307,7 @@ impl Jobs {
     fn end(&self, id: &str, response: CallResponse, output: &Mutex<Output>) {
         {
             let mut out = lock(output);
-            if out.total == 0
+            if out.total() == 0
                 && let Some(v) = &response.result
             {
                 let text = match v {
@@ -399,8 +346,8 @@ impl Jobs {
             "offset": offset,
             "next_offset": next,
             "skipped": skipped,
-            "total": out.total,
-            "eof": done && next >= out.total,
+            "total": out.total(),
+            "eof": done && next >= out.total(),
             // What reaches the model is cleaned like every result: no escapes, no invisible text.
             "output": crate::shape::sanitize_str(&String::from_utf8_lossy(&bytes)),
         }))
@@ -619,7 +566,7 @@ mod tests {
         let mut o = Output::new(8);
         o.push(b"0123");
         o.push(b"456789ab");
-        assert_eq!(o.total, 12);
+        assert_eq!(o.total(), 12);
         let (b, next, skipped) = o.read(0, 100);
         assert_eq!((b.as_slice(), next, skipped), (&b"0123"[..], 4, 0));
         let (b, next, skipped) = o.read(4, 100);

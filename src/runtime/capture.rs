@@ -67,6 +67,27 @@ impl HeadTail {
         self.total
     }
 
+    /// Up to `limit` kept bytes from stream offset `offset`, the offset after
+    /// them, and how many bytes from `offset` on were dropped before the kept
+    /// tail (a background job's output read in chunks).
+    pub fn read(&self, offset: u64, limit: usize) -> (Vec<u8>, u64, u64) {
+        let head_len = self.head.len() as u64;
+        if offset < head_len {
+            let from = offset as usize;
+            let to = (from + limit).min(self.head.len());
+            return (self.head[from..to].to_vec(), to as u64, 0);
+        }
+        let tail_start = self.total - self.tail.len() as u64;
+        let (from, skipped) = if offset < tail_start { (tail_start, tail_start - offset) } else { (offset, 0) };
+        if from >= self.total {
+            return (Vec::new(), self.total.max(offset), skipped);
+        }
+        let i = (from - tail_start) as usize;
+        let chunk: Vec<u8> = self.tail.iter().skip(i).take(limit).copied().collect();
+        let next = from + chunk.len() as u64;
+        (chunk, next, skipped)
+    }
+
     /// Bytes kept.
     pub fn kept(&self) -> usize {
         self.head.len() + self.tail.len()
