@@ -9,10 +9,18 @@
 //! never held in memory whole. Well-formed lines pass through untouched; rmcp's
 //! own answers and the gate's are written to stdout whole, one line at a time.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use super::legacy_tasks::{Legacy, Session};
+
+fn lock(s: &Mutex<Session>) -> MutexGuard<'_, Session> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The largest frame accepted from the client.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
@@ -76,8 +84,9 @@ fn classify(line: &[u8]) -> Line {
 
 /// Puts the gate between `input`/`output` and rmcp: returns the reader and
 /// writer to hand rmcp, and the task that writes to `output` (it ends once rmcp
-/// and the gate are done with it).
-pub fn gate<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream, JoinHandle<()>)
+/// and the gate are done with it). With `legacy`, the frames of a 2025-11-25
+/// tasks session are rewritten on the way (see [`super::legacy_tasks`]).
+pub fn gate<R, W>(input: R, output: W, legacy: Option<Arc<Legacy>>) -> (DuplexStream, DuplexStream, JoinHandle<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -85,6 +94,8 @@ where
     let (rmcp_in, mut feed) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (refusals, mut refused) = mpsc::channel::<Value>(64);
+    let session = legacy.map(|l| Arc::new(Mutex::new(Session::new(l, false))));
+    let out_session = session.clone();
 
     tokio::spawn(async move {
         let mut input = BufReader::with_capacity(64 << 10, input);
@@ -106,7 +117,9 @@ where
                 match classify(&line) {
                     Line::Blank => {}
                     Line::Frame => {
-                        if feed.write_all(&line).await.is_err() || feed.write_all(b"\n").await.is_err() {
+                        let rewritten = session.as_ref().and_then(|s| lock(s).inbound(&line));
+                        let frame = rewritten.as_deref().unwrap_or(&line);
+                        if feed.write_all(frame).await.is_err() || feed.write_all(b"\n").await.is_err() {
                             break;
                         }
                     }
@@ -134,7 +147,15 @@ where
                 r = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => match r {
                     Ok(0) | Err(_) => rmcp_open = false,
                     Ok(_) => {
-                        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                        let rewritten = out_session.as_ref().filter(|s| lock(s).waiting()).and_then(|s| {
+                            let frame = line.strip_suffix(b"\n").unwrap_or(&line);
+                            lock(s).outbound(frame).map(|mut f| {
+                                f.push(b'\n');
+                                f
+                            })
+                        });
+                        let frame = rewritten.as_deref().unwrap_or(&line);
+                        if output.write_all(frame).await.is_err() || output.flush().await.is_err() {
                             return;
                         }
                         line.clear();

@@ -63,6 +63,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use super::legacy_tasks::{Legacy, REVISION, Session};
 use super::server::{Shared, WardenServer};
 use sha2::Digest;
 
@@ -351,6 +352,7 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
     // Jobs belong to the bearer token (there is one per server).
     let owner: Arc<str> =
         Arc::from(format!("token:{}", &hex::encode(sha2::Sha256::digest(options.token.as_bytes()))[..32]));
+    let legacy = shared.legacy_tasks();
     let mcp = StreamableHttpService::new(
         move || Ok(WardenServer::new(shared.clone(), false, owner.clone())),
         Arc::new(NeverSessionManager::default()),
@@ -431,6 +433,7 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
         };
         let held = Held(registry.clone(), id);
         let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
+        let legacy = legacy.clone();
         let builder = builder.clone();
         let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
@@ -439,7 +442,11 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
             let conn_registry = registry.clone();
             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
-                async move { Ok::<_, Infallible>(gate(req, &mcp, &token, &origins, &registry, id).await) }
+                let legacy = legacy.clone();
+                async move {
+                    let gates = Gates { mcp: &mcp, token: &token, origins: &origins, registry: &registry, legacy };
+                    Ok::<_, Infallible>(gate(req, gates, id).await)
+                }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
@@ -469,15 +476,19 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
     }
 }
 
+/// What [`gate`] checks a request against and hands it to.
+struct Gates<'a> {
+    mcp: &'a StreamableHttpService<WardenServer, NeverSessionManager>,
+    token: &'a str,
+    origins: &'a [String],
+    registry: &'a Arc<Registry>,
+    /// 2025-11-25 tasks' rewriting, when background tools are offered.
+    legacy: Option<Arc<Legacy>>,
+}
+
 /// Path, token and origin checks, then rmcp.
-async fn gate(
-    req: http::Request<hyper::body::Incoming>,
-    mcp: &StreamableHttpService<WardenServer, NeverSessionManager>,
-    token: &str,
-    origins: &[String],
-    registry: &Arc<Registry>,
-    conn: u64,
-) -> http::Response<Body> {
+async fn gate(req: http::Request<hyper::body::Incoming>, gates: Gates<'_>, conn: u64) -> http::Response<Body> {
+    let Gates { mcp, token, origins, registry, legacy } = gates;
     if req.uri().path() != "/mcp" {
         return plain(http::StatusCode::NOT_FOUND, "warden serves MCP at /mcp only\n");
     }
@@ -507,7 +518,48 @@ async fn gate(
             );
         }
     }
-    mcp.handle(req).await
+    // A 2025-11-25 request (its header, or an `initialize` without one) may be a tasks frame.
+    let version = req.headers().get("mcp-protocol-version").map(|v| v.as_bytes().to_vec());
+    match legacy {
+        Some(l)
+            if req.method() == http::Method::POST && version.as_deref().is_none_or(|v| v == REVISION.as_bytes()) =>
+        {
+            legacy_round_trip(req, mcp, Session::new(l, version.is_some())).await
+        }
+        _ => mcp.handle(req).await,
+    }
+}
+
+/// One request through [`super::legacy_tasks`]: its body rewritten on the way
+/// in (bounded like rmcp bounds it), its JSON answer on the way out.
+async fn legacy_round_trip(
+    req: http::Request<hyper::body::Incoming>,
+    mcp: &StreamableHttpService<WardenServer, NeverSessionManager>,
+    mut session: Session,
+) -> http::Response<Body> {
+    let (mut parts, body) = req.into_parts();
+    let bytes = match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => {
+            return plain(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large or was cut short\n");
+        }
+    };
+    let bytes = session.inbound(&bytes).map(Bytes::from).unwrap_or(bytes);
+    parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+    let response = mcp.handle(http::Request::from_parts(parts, Full::new(bytes))).await;
+    let json = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !session.waiting() || !json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(collected) = body.collect().await;
+    let bytes = collected.to_bytes();
+    let bytes = session.outbound(&bytes).map(Bytes::from).unwrap_or(bytes);
+    parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+    http::Response::from_parts(parts, Full::new(bytes).boxed())
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use crate::error::{CallError, ErrorCode};
 use crate::executor::{CallHooks, CallResponse, Ready, Status};
 use crate::runtime::capture::HeadTail;
-use crate::runtime::{Cancel, OutputTap};
+use crate::runtime::{Cancel, OutputTap, Progress, ProgressSink};
 
 /// How long an ended job is kept for `job_status` and `job_output`.
 pub const FINISHED_TTL: Duration = Duration::from_secs(600);
@@ -70,8 +70,12 @@ struct Job {
     since: Instant,
     cancel: Cancel,
     output: Arc<Mutex<Output>>,
+    /// When it was created and when it ended (for MCP tasks' timestamps).
+    created: SystemTime,
+    /// The tool's latest progress report, if it made one.
+    progress: Arc<Mutex<Option<Progress>>>,
     /// Set once the end record is written.
-    ended: Option<(CallResponse, Instant)>,
+    ended: Option<(CallResponse, Instant, SystemTime)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -79,7 +83,7 @@ impl Job {
     fn status(&self) -> &'static str {
         match &self.ended {
             None => "running",
-            Some((r, _)) => match r.status {
+            Some((r, ..)) => match r.status {
                 Status::Success => "finished",
                 Status::Cancelled => "cancelled",
                 Status::Error | Status::Rejected => "failed",
@@ -95,11 +99,14 @@ impl Job {
         o.insert("call_id".into(), json!(self.call_id));
         o.insert("started".into(), json!(self.started));
         o.insert("output_bytes".into(), json!(lock(&self.output).total()));
+        if let Some(p) = lock(&self.progress).as_ref() {
+            o.insert("progress".into(), json!({"done": p.done, "total": p.total, "message": p.message}));
+        }
         match &self.ended {
             None => {
                 o.insert("running_ms".into(), json!(self.since.elapsed().as_millis() as u64));
             }
-            Some((r, _)) => {
+            Some((r, ..)) => {
                 if let Some(v) = &r.result {
                     for key in ["exit_code", "signal"] {
                         if let Some(x) = v.get(key) {
@@ -116,6 +123,50 @@ impl Job {
             }
         }
         Value::Object(o)
+    }
+}
+
+/// A job as MCP tasks (both generations, see [`super::tasks`]) show it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    /// The handle, which is the task id.
+    pub id: String,
+    /// The tool it runs.
+    pub tool: String,
+    /// When the job started.
+    pub created: SystemTime,
+    /// The end, or now while it runs.
+    pub updated: SystemTime,
+    /// How long after `created` warden keeps it: while it runs, the time so
+    /// far plus [`FINISHED_TTL`]; once ended, exactly until it is forgotten.
+    pub ttl_ms: u64,
+    /// The latest progress report, as a status message.
+    pub message: Option<String>,
+    /// `None` while it runs.
+    pub ended: Option<CallResponse>,
+}
+
+impl TaskView {
+    fn of(id: &str, j: &Job) -> TaskView {
+        let (updated, lived) = match &j.ended {
+            Some((_, at, wall)) => (*wall, at.duration_since(j.since)),
+            None => (SystemTime::now(), j.since.elapsed()),
+        };
+        let message = lock(&j.progress).as_ref().map(|p| match (p.total, p.message.is_empty()) {
+            (Some(t), true) => format!("{}/{t}", p.done),
+            (Some(t), false) => format!("{}/{t}: {}", p.done, p.message),
+            (None, true) => p.done.to_string(),
+            (None, false) => format!("{}: {}", p.done, p.message),
+        });
+        TaskView {
+            id: id.to_string(),
+            tool: j.tool.clone(),
+            created: j.created,
+            updated,
+            ttl_ms: u64::try_from((lived + FINISHED_TTL).as_millis()).unwrap_or(u64::MAX),
+            message,
+            ended: j.ended.as_ref().map(|(r, ..)| r.clone()),
+        }
     }
 }
 
@@ -138,9 +189,9 @@ impl Table {
 
     /// Forgets ended jobs past [`FINISHED_TTL`], and the oldest past [`MAX_FINISHED`].
     fn prune(&mut self) {
-        self.jobs.retain(|_, j| j.ended.as_ref().is_none_or(|(_, at)| at.elapsed() < FINISHED_TTL));
+        self.jobs.retain(|_, j| j.ended.as_ref().is_none_or(|(_, at, _)| at.elapsed() < FINISHED_TTL));
         let mut ended: Vec<(Instant, String)> =
-            self.jobs.iter().filter_map(|(id, j)| j.ended.as_ref().map(|(_, at)| (*at, id.clone()))).collect();
+            self.jobs.iter().filter_map(|(id, j)| j.ended.as_ref().map(|(_, at, _)| (*at, id.clone()))).collect();
         if ended.len() > MAX_FINISHED {
             ended.sort();
             for (_, id) in ended.iter().take(ended.len() - MAX_FINISHED) {
@@ -156,6 +207,8 @@ pub struct Jobs {
     table: Mutex<Table>,
     /// Signalled whenever a job ends.
     ended: Condvar,
+    /// The same, for async waiters (the 2025-11-25 `tasks/result`).
+    ended_async: tokio::sync::Notify,
 }
 
 /// A place among the `max_jobs`, taken before the call is approved; given
@@ -196,7 +249,7 @@ fn new_handle() -> Result<String, CallError> {
 impl Jobs {
     /// A table that runs at most `max` jobs at once (`[defaults] max_jobs`).
     pub fn new(max: usize) -> Jobs {
-        Jobs { max, table: Mutex::default(), ended: Condvar::new() }
+        Jobs { max, table: Mutex::default(), ended: Condvar::new(), ended_async: tokio::sync::Notify::new() }
     }
 
     /// Takes a place among the running jobs, or says why there is none.
@@ -239,12 +292,15 @@ impl Jobs {
         record_start(&ready)?;
         let output = Arc::new(Mutex::new(Output::new(max_output.clamp(2, 64 << 20))));
         let cancel = Cancel::new();
+        let progress: Arc<Mutex<Option<Progress>>> = Arc::default();
         let job = Job {
             owner,
             tool: ready.tool().to_string(),
             call_id: ready.call_id().to_string(),
             started: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             since: Instant::now(),
+            created: SystemTime::now(),
+            progress: progress.clone(),
             cancel: cancel.clone(),
             output: output.clone(),
             ended: None,
@@ -267,8 +323,10 @@ impl Jobs {
         let jobs = self.clone();
         let job_id = id.clone();
         let (tool, call_id) = (ready.tool().to_string(), ready.call_id().to_string());
+        // The latest report is kept for job_status and tasks' status message.
+        let sink: ProgressSink = Arc::new(move |p: &Progress| *lock(&progress) = Some(p.clone()));
         let spawned = std::thread::Builder::new().name("warden-job".into()).spawn(move || {
-            let hooks = CallHooks { approve: None, cancel, tap: Some(tap), progress: None };
+            let hooks = CallHooks { approve: None, cancel, tap: Some(tap), progress: Some(sink) };
             // A panic must not leave the job `running` for ever, holding a place among max_jobs.
             let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(ready, &hooks)))
                 .unwrap_or_else(|_| CallResponse {
@@ -319,9 +377,41 @@ impl Jobs {
         }
         let mut t = lock(&self.table);
         if let Some(j) = t.jobs.get_mut(id) {
-            j.ended = Some((response, Instant::now()));
+            j.ended = Some((response, Instant::now(), SystemTime::now()));
         }
         self.ended.notify_all();
+        self.ended_async.notify_waiters();
+    }
+
+    /// A job of `owner` as a task.
+    pub fn view(&self, owner: &str, id: &str) -> Result<TaskView, CallError> {
+        let mut t = lock(&self.table);
+        t.prune();
+        let j = t.jobs.get(id).filter(|j| &*j.owner == owner).ok_or_else(|| not_found(id))?;
+        Ok(TaskView::of(id, j))
+    }
+
+    /// Every job of `owner` as a task, oldest first.
+    pub fn views(&self, owner: &str) -> Vec<TaskView> {
+        let mut t = lock(&self.table);
+        t.prune();
+        let mut mine: Vec<(&String, &Job)> = t.jobs.iter().filter(|(_, j)| &*j.owner == owner).collect();
+        mine.sort_by_key(|(id, j)| (j.since, id.as_str()));
+        mine.into_iter().map(|(id, j)| TaskView::of(id, j)).collect()
+    }
+
+    /// Waits until the job of `owner` has ended (its end record is written), then shows it.
+    pub async fn ended(&self, owner: &str, id: &str) -> Result<TaskView, CallError> {
+        loop {
+            let notified = self.ended_async.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let view = self.view(owner, id)?;
+            if view.ended.is_some() {
+                return Ok(view);
+            }
+            notified.await;
+        }
     }
 
     /// `job_status`.
@@ -526,6 +616,8 @@ mod tests {
             call_id: "c-1".into(),
             started: "now".into(),
             since: Instant::now(),
+            created: std::time::SystemTime::now(),
+            progress: Arc::default(),
             cancel: Cancel::new(),
             output: Arc::new(Mutex::new(Output::new(16))),
             ended: None,

@@ -9,6 +9,8 @@
 //! * [`http`]: the Streamable HTTP transport (bearer token, Origin check).
 //! * [`logging`]: the client's log level and warden's refusals as log messages.
 //! * [`jobs`]: tools with `background = true`: the job table and warden's `job_*` tools.
+//! * [`tasks`]: those jobs as MCP tasks (the 2026-07-28 extension, and the
+//!   2025-11-25 experimental tasks, whose frames [`legacy_tasks`] rewrites around rmcp).
 //!
 //! On stdio, stdout carries only MCP frames; logs go to stderr; the server exits
 //! 0 when stdin closes.
@@ -19,8 +21,10 @@ pub mod approval;
 pub mod frames;
 pub mod http;
 pub mod jobs;
+pub mod legacy_tasks;
 pub mod logging;
 pub mod server;
+pub mod tasks;
 pub mod tools;
 
 use std::sync::Arc;
@@ -69,7 +73,7 @@ fn state_key() -> Result<Vec<u8>, String> {
 /// Runs the server until stdin closes (stdio) or a signal arrives (HTTP).
 pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
-    let shared = Arc::new(Shared::new(executor, sealer, options.approver_only));
+    let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("warden-mcp")
@@ -107,7 +111,7 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
     // Non-blocking (epoll) when stdin and stdout are pipes, as agents start servers;
     // on reopened descriptors, so O_NONBLOCK never reaches the inherited streams.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let (input, output, writer) = frames::gate(stdin, stdout);
+    let (input, output, writer) = frames::gate(stdin, stdout, shared.legacy_tasks());
     let owner: Arc<str> = Arc::from(format!("stdio:{}", std::process::id()));
     let jobs = shared.has_jobs();
     let served = match WardenServer::new(shared, true, owner).serve((input, output)).await {

@@ -24,9 +24,11 @@ use std::time::{Duration, Instant};
 #[allow(deprecated)] // logging is deprecated in rmcp (SEP-2577); 2025-11-25 clients use it.
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode as RpcErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -35,8 +37,9 @@ use tokio::sync::Semaphore;
 
 use super::approval::{self, Live, Sealer, SessionGrants, Stateless};
 use super::jobs::{self, Jobs};
+use super::legacy_tasks::Legacy;
 use super::logging::{Logger, SessionLevel};
-use super::tools;
+use super::{tasks, tools};
 use crate::approval::{Request, Verdict};
 use crate::executor::{Begun, CallHooks, CallResponse, Executor, ToolCall};
 use crate::runtime::{Cancel, Progress, ProgressSink};
@@ -58,27 +61,40 @@ pub struct Shared {
     approver_only: bool,
     /// The background jobs, when a tool offered has `background = true`.
     jobs: Option<Arc<Jobs>>,
+    /// The 2025-11-25 tasks' private names, when there are jobs.
+    legacy: Option<Arc<Legacy>>,
 }
 
 impl Shared {
     /// Shares `executor`; with `approver_only` (an explicit `--approve yes|deny`)
     /// the executor's own approver answers and the client is never asked.
-    pub fn new(executor: Executor, sealer: Sealer, approver_only: bool) -> Shared {
+    pub fn new(executor: Executor, sealer: Sealer, approver_only: bool) -> Result<Shared, String> {
         let mut tools = tools::list(executor.catalog());
-        let background = executor.catalog().visible().any(|e| e.spec.background && e.state.is_ok());
-        let jobs = background.then(|| Arc::new(Jobs::new(executor.policy().max_jobs)));
+        let background: Vec<String> =
+            tools.iter().filter(|t| executor.is_background(&t.name)).map(|t| t.name.to_string()).collect();
+        let jobs = (!background.is_empty()).then(|| Arc::new(Jobs::new(executor.policy().max_jobs)));
+        let legacy = match &jobs {
+            Some(_) => Some(Arc::new(Legacy::new(background)?)),
+            None => None,
+        };
         if jobs.is_some() {
             tools.extend(jobs::tools());
             tools.sort_by(|a, b| a.name.cmp(&b.name));
         }
-        Shared {
+        Ok(Shared {
             executor,
             tools,
             sealer: Arc::new(sealer),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS)),
             approver_only,
             jobs,
-        }
+            legacy,
+        })
+    }
+
+    /// The 2025-11-25 tasks' private names, when background tools are offered.
+    pub fn legacy_tasks(&self) -> Option<Arc<Legacy>> {
+        self.legacy.clone()
     }
 
     /// Cancels every running background job and waits for its end record
@@ -121,6 +137,35 @@ impl WardenServer {
     }
 }
 
+impl WardenServer {
+    fn jobs(&self) -> Result<&Arc<Jobs>, McpError> {
+        self.shared.jobs.as_ref().ok_or_else(|| {
+            McpError::invalid_params("no tasks here: no tool of this policy has `background = true`", None)
+        })
+    }
+
+    /// The answer to a call that started a job: a task for a client that asked
+    /// for one, else the job handle.
+    fn started(&self, handle: Value, legacy: bool, modern: bool) -> Result<CallToolResponse, McpError> {
+        let jobs = self.jobs()?;
+        let id = handle.get("job").and_then(Value::as_str).unwrap_or_default();
+        if let Some(l) = self.shared.legacy.as_ref().filter(|_| legacy) {
+            let view = jobs.view(&self.owner, id).map_err(|e| tasks::not_found(&e, id))?;
+            // [`super::legacy_tasks`] turns this into `{"task": …}` on its way out.
+            let mut r = jobs::handle_result(tasks::legacy_task(&view));
+            let mut meta = JsonObject::new();
+            meta.insert(l.meta_key(), Value::Bool(true));
+            r.meta = Some(meta.into());
+            return Ok(r.into());
+        }
+        if modern {
+            let view = jobs.view(&self.owner, id).map_err(|e| tasks::not_found(&e, id))?;
+            return Ok(CallToolResponse::Task(tasks::created(&view)));
+        }
+        Ok(jobs::handle_result(handle).into())
+    }
+}
+
 /// What the call's thread came back with.
 enum Outcome {
     /// The call ended (in the foreground, or before a job could start).
@@ -157,6 +202,14 @@ impl ServerHandler for WardenServer {
             .enable_resources()
             .enable_completions()
             .build();
+        let mut capabilities = capabilities;
+        // Background tools run as tasks for clients of the 2026-07-28 extension (see [`super::tasks`]).
+        if self.shared.jobs.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(TASKS_EXTENSION_ID.into(), JsonObject::new());
+        }
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("warden", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -205,6 +258,61 @@ impl ServerHandler for WardenServer {
         ))
     }
 
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let view =
+            self.jobs()?.view(&self.owner, &request.task_id).map_err(|e| tasks::not_found(&e, &request.task_id))?;
+        Ok(GetTaskResult::new(tasks::detailed(&view)))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let jobs = self.jobs()?.clone();
+        let (owner, id) = (self.owner.clone(), request.task_id.clone());
+        // The same teardown as job_cancel (bounded wait for the end record); a task
+        // that already ended stays as it ended.
+        tokio::task::spawn_blocking(move || jobs.cancel(&owner, &id).map(|_| ()))
+            .await
+            .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
+            .map_err(|e| tasks::not_found(&e, &request.task_id))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.jobs()?.view(&self.owner, &request.task_id).map_err(|e| tasks::not_found(&e, &request.task_id))?;
+        Err(McpError::invalid_params(
+            format!(
+                "task {} has no outstanding input requests: warden asks for approval before a task starts, \
+                 never during it",
+                request.task_id
+            ),
+            Some(serde_json::json!({"taskId": request.task_id})),
+        ))
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let verb = self.shared.legacy.as_ref().and_then(|l| request.method.strip_prefix(&l.method_prefix()));
+        match (verb, &self.shared.jobs) {
+            (Some(verb), Some(jobs)) => {
+                tasks::legacy_request(jobs, &self.owner, verb, request.params).await.map(CustomResult::new)
+            }
+            _ => Err(McpError::new(RpcErrorCode::METHOD_NOT_FOUND, request.method, None)),
+        }
+    }
+
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.shared.tools.iter().find(|t| t.name == name).cloned()
     }
@@ -229,6 +337,20 @@ impl ServerHandler for WardenServer {
         // Unknown names are a protocol fault; everything else is a result.
         if let Err(e) = shared.executor.resolve(&name) {
             return Err(McpError::invalid_params(e.message, None));
+        }
+        // Run as a task? (2025-11-25: `params.task`, carried in private `_meta`;
+        // 2026-07-28: the client declared the extension.) Only background tools do.
+        let legacy_task = shared.legacy.as_ref().is_some_and(|l| context.meta.get(&l.meta_key()).is_some());
+        let modern_task = context.client_capabilities().is_some_and(|c| c.supports_tasks());
+        if legacy_task && !shared.executor.is_background(&name) {
+            return Err(McpError::new(
+                RpcErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "{name} does not run as a task (its execution.taskSupport is forbidden): only tools with \
+                     `background = true` in the policy do; call it without `task`"
+                ),
+                Some(serde_json::json!({"tool": name})),
+            ));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
@@ -401,7 +523,7 @@ impl ServerHandler for WardenServer {
         let response =
             match joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))? {
                 Outcome::Response(r) => r,
-                Outcome::Job(handle) => return Ok(jobs::handle_result(handle).into()),
+                Outcome::Job(handle) => return self.started(handle, legacy_task, modern_task),
             };
         logger.refusal(&response).await;
 

@@ -1,0 +1,280 @@
+//! The 2025-11-25 experimental tasks, around rmcp.
+//!
+//! rmcp 3.9.0 models the 2026-07-28 tasks extension but not the experimental
+//! tasks of 2025-11-25, and drops the fields they add (`params.task`,
+//! `capabilities.tasks`, a tool's `execution`). This module rewrites the frames
+//! of a 2025-11-25 session on their way in and out of rmcp, and nothing else:
+//!
+//! * in: `initialize` asking for 2025-11-25 marks the session; a `tools/call`
+//!   with `params.task` carries it on in `_meta` under a private key instead;
+//!   `tasks/get|result|list|cancel` are renamed to a private method that
+//!   [`super::server`] answers with [`super::tasks::legacy_request`];
+//! * out: the `initialize` result gains `capabilities.tasks`; `tools/list`
+//!   marks background tools `execution.taskSupport: "optional"`; the answer to a
+//!   task-augmented call that started a job becomes `{"task": …}`.
+//!
+//! The private key and method embed 128 random bits drawn when `serve` starts,
+//! so a client cannot reach them by naming them. Responses are matched to the
+//! requests this module rewrote by id, at most [`MAX_PENDING`] at once (past
+//! that a request goes through unrewritten: a task call then runs as a
+//! background job and answers its handle, which every client can follow). A
+//! frame this module does not need is not parsed: a byte check comes first.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+/// The revision these tasks belong to.
+pub const REVISION: &str = "2025-11-25";
+/// Requests rewritten and not yet answered, at most (per session).
+pub const MAX_PENDING: usize = 4096;
+
+/// What every session of one server shares.
+#[derive(Debug)]
+pub struct Legacy {
+    secret: String,
+    background: Arc<[String]>,
+}
+
+impl Legacy {
+    /// For a server whose background tools are `background`.
+    pub fn new(background: Vec<String>) -> Result<Legacy, String> {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).map_err(|e| format!("no randomness for the tasks key: {e}"))?;
+        Ok(Legacy { secret: hex::encode(b), background: background.into() })
+    }
+
+    /// The private `_meta` key a task-augmented `tools/call` carries its `task` in.
+    pub fn meta_key(&self) -> String {
+        format!("warden/task-{}", self.secret)
+    }
+
+    /// The private method prefix `tasks/*` are renamed to.
+    pub fn method_prefix(&self) -> String {
+        format!("warden/tasks-{}/", self.secret)
+    }
+}
+
+/// What a rewritten request's response needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Pending {
+    Initialize,
+    ToolsList,
+    TaskCall,
+}
+
+/// One session's rewriting: the stdio connection, or one HTTP request.
+#[derive(Debug)]
+pub struct Session {
+    shared: Arc<Legacy>,
+    /// The session speaks 2025-11-25 (its `initialize`, or its HTTP header).
+    legacy: bool,
+    pending: HashMap<String, Pending>,
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Session {
+    /// A session; `legacy` when the transport already knows it speaks 2025-11-25.
+    pub fn new(shared: Arc<Legacy>, legacy: bool) -> Session {
+        Session { shared, legacy, pending: HashMap::new() }
+    }
+
+    /// A frame from the client, rewritten if it needs to be (`None`: pass it as it is).
+    pub fn inbound(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
+        let wanted =
+            contains(frame, b"initialize") || (self.legacy && (contains(frame, b"tools") || contains(frame, b"tasks")));
+        if !wanted {
+            return None;
+        }
+        let mut msg: Value = serde_json::from_slice(frame).ok()?;
+        let o = msg.as_object_mut()?;
+        let method = o.get("method")?.as_str()?.to_string();
+        let key = o.get("id").map(Value::to_string);
+        let mut changed = false;
+        match method.as_str() {
+            "initialize" => {
+                let asked = o.get("params").and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
+                self.legacy = asked == Some(REVISION);
+                self.expect(key, Pending::Initialize);
+            }
+            "tools/list" if self.legacy => self.expect(key, Pending::ToolsList),
+            "tools/call" if self.legacy => {
+                let params = o.get_mut("params").and_then(Value::as_object_mut)?;
+                if let Some(task) = params.remove("task") {
+                    if self.pending.len() >= MAX_PENDING {
+                        return None;
+                    }
+                    let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                    meta.as_object_mut()?.insert(self.shared.meta_key(), task);
+                    self.expect(key, Pending::TaskCall);
+                    changed = true;
+                }
+            }
+            m if self.legacy && matches!(m, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel") => {
+                let verb = &m["tasks/".len()..];
+                o.insert("method".into(), json!(format!("{}{verb}", self.shared.method_prefix())));
+                changed = true;
+            }
+            _ => {}
+        }
+        changed.then(|| serde_json::to_vec(&msg).ok()).flatten()
+    }
+
+    fn expect(&mut self, key: Option<String>, what: Pending) {
+        if let Some(k) = key
+            && self.pending.len() < MAX_PENDING
+        {
+            self.pending.insert(k, what);
+        }
+    }
+
+    /// Whether a response may need rewriting (a request was noted).
+    pub fn waiting(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// A frame from rmcp, rewritten if it answers a request noted on the way in.
+    pub fn outbound(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut msg: Value = serde_json::from_slice(frame).ok()?;
+        let o = msg.as_object_mut()?;
+        if o.contains_key("method") {
+            return None; // a request or notification from the server
+        }
+        let what = self.pending.remove(&o.get("id")?.to_string())?;
+        let result = o.get_mut("result").and_then(Value::as_object_mut)?;
+        match what {
+            Pending::Initialize => {
+                if result.get("protocolVersion").and_then(Value::as_str) != Some(REVISION) {
+                    self.legacy = false;
+                    return None;
+                }
+                if self.shared.background.is_empty() {
+                    return None;
+                }
+                let caps = result.entry("capabilities").or_insert_with(|| json!({}));
+                caps.as_object_mut()?
+                    .insert("tasks".into(), json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+            }
+            Pending::ToolsList => {
+                let tools = result.get_mut("tools").and_then(Value::as_array_mut)?;
+                let mut any = false;
+                for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+                    let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+                    if self.shared.background.iter().any(|b| b == name) {
+                        tool.insert("execution".into(), json!({"taskSupport": "optional"}));
+                        any = true;
+                    }
+                }
+                if !any {
+                    return None;
+                }
+            }
+            Pending::TaskCall => {
+                // Only a call that started a job carries the key back; any other
+                // answer (an error, a refusal) goes through as the result it is.
+                let key = self.shared.meta_key();
+                let started = result.get("_meta").and_then(|m| m.get(&key)).is_some();
+                let task = result.get("structuredContent").cloned();
+                let (true, Some(task)) = (started, task) else { return None };
+                let mut created = Map::new();
+                created.insert("task".into(), task);
+                *result = created;
+            }
+        }
+        serde_json::to_vec(&msg).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn session() -> Session {
+        Session::new(Arc::new(Legacy::new(vec!["bg".into()]).unwrap()), false)
+    }
+
+    fn init(s: &mut Session, version: &str) {
+        let req = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":version}});
+        assert!(s.inbound(req.to_string().as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_2025_session_gets_the_tasks_capability_and_task_support() {
+        let mut s = session();
+        init(&mut s, REVISION);
+        let out = s
+            .outbound(
+                br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}"#,
+            )
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"], json!({}));
+        assert!(s.inbound(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).is_none());
+        let out =
+            s.outbound(br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"bg"},{"name":"read_file"}]}}"#).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["tools"][0]["execution"]["taskSupport"], "optional");
+        assert!(v["result"]["tools"][1].get("execution").is_none());
+        assert!(!s.waiting());
+    }
+
+    #[test]
+    fn other_revisions_are_left_alone() {
+        for version in ["2025-06-18", "2026-07-28"] {
+            let mut s = session();
+            init(&mut s, version);
+            let answer = format!(r#"{{"jsonrpc":"2.0","id":0,"result":{{"protocolVersion":"{version}"}}}}"#);
+            assert!(s.outbound(answer.as_bytes()).is_none());
+            let get = br#"{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":"j-1"}}"#;
+            assert!(s.inbound(get).is_none(), "{version}: tasks/get must reach rmcp as it is");
+            let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bg","task":{}}}"#;
+            assert!(s.inbound(call).is_none());
+        }
+    }
+
+    #[test]
+    fn a_task_call_is_carried_in_private_meta_and_answered_as_a_task() {
+        let mut s = session();
+        init(&mut s, REVISION);
+        let key = s.shared.meta_key();
+        let call = br#"{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"bg","task":{"ttl":5000}}}"#;
+        let v: Value = serde_json::from_slice(&s.inbound(call).unwrap()).unwrap();
+        assert!(v["params"].get("task").is_none());
+        assert_eq!(v["params"]["_meta"][&key]["ttl"], 5000);
+        let answer = json!({"jsonrpc":"2.0","id":"c","result":{
+            "content":[], "structuredContent": {"taskId":"j-1","status":"working"}, "_meta": {key.clone(): true}}});
+        let v: Value = serde_json::from_slice(&s.outbound(answer.to_string().as_bytes()).unwrap()).unwrap();
+        assert_eq!(v["result"], json!({"task": {"taskId":"j-1","status":"working"}}));
+    }
+
+    #[test]
+    fn a_refused_task_call_and_forged_keys_pass_unchanged() {
+        let mut s = session();
+        init(&mut s, REVISION);
+        let call = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bg","task":{}}}"#;
+        assert!(s.inbound(call).is_some());
+        // The tool's own result claims to be a task under a guessed key: not the secret one.
+        let answer = br#"{"jsonrpc":"2.0","id":4,"result":{"isError":true,"structuredContent":{"x":1},"_meta":{"warden/task":true}}}"#;
+        assert!(s.outbound(answer).is_none());
+    }
+
+    #[test]
+    fn tasks_methods_are_renamed_to_the_private_prefix() {
+        let mut s = session();
+        init(&mut s, REVISION);
+        for verb in ["get", "result", "list", "cancel"] {
+            let req = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tasks/{verb}","params":{{"taskId":"j-1"}}}}"#);
+            let v: Value = serde_json::from_slice(&s.inbound(req.as_bytes()).unwrap()).unwrap();
+            assert_eq!(v["method"], format!("{}{verb}", s.shared.method_prefix()));
+        }
+        assert!(s.inbound(br#"{"jsonrpc":"2.0","id":9,"method":"tasks/update","params":{}}"#).is_none());
+    }
+}
