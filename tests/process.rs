@@ -9,6 +9,7 @@ mod util;
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -1055,6 +1056,45 @@ fn a_process_tool_reports_progress_on_its_descriptor() {
         "{r:?}"
     );
     assert_eq!(progress_counts(&env), json!({"accepted": 3, "ignored": 0}));
+}
+
+/// On a terminal (`script` gives warden one), progress is one line updated in
+/// place, with the share done, lifted out of the way of streamed output and
+/// erased before the result is printed.
+#[test]
+fn on_a_terminal_progress_is_one_line_updated_in_place() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give warden a terminal");
+        return;
+    }
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"20s\"");
+    let command = r#"for i in 1 2 3; do echo "{\"progress\": $i, \"total\": 4, \"message\": \"step $i\"}" >&"$WARDEN_PROGRESS_FD"; echo "out $i" >&2; sleep 0.1; done"#;
+    let cmd = env.command(&["--policy", &p, "call", "--stream", "shell", &json!({ "command": command }).to_string()]);
+    // The same command, as one shell line for `script -c`.
+    let line: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy().replace('\'', r"'\''")))
+        .collect();
+    let mut script = Command::new("script");
+    script.args(["-qec", &line.join(" "), "/dev/null"]).current_dir(env.ws.as_path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => script.env(k, v),
+            None => script.env_remove(k),
+        };
+    }
+    script.env("TERM", "xterm");
+    let out = script.output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(screen.contains("\r\x1b[K[shell] progress 3/4 (75%): step 3"), "{screen:?}");
+    // The program's output is not glued to a progress line: each starts after an erase.
+    assert!(screen.contains("\r\x1b[Kout 3"), "{screen:?}");
+    // Erased before the result: the JSON document starts a clean line.
+    assert!(screen.contains("\r\x1b[K{\"status\":\"success\""), "{screen:?}");
+    // Not one plain progress line (those are for logs).
+    assert!(!screen.contains("progress 1/4: step 1\r\n"), "{screen:?}");
 }
 
 #[test]

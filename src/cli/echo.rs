@@ -1,11 +1,11 @@
 //! `warden call --stream` and `--exit-status` (issue 19): a CI step sees a long
 //! run as it happens, and fails when the program failed.
 
-use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
+use super::progress::Console;
 use crate::executor::{CallResponse, Status};
 use crate::runtime::{OutputTap, Stream};
 
@@ -19,7 +19,7 @@ struct Pending {
 /// A tap that copies a program's output to warden's stderr as it arrives,
 /// cleaned as results are (no terminal escapes, no invisible characters): the
 /// program's bytes never reach the terminal raw.
-pub(super) fn tap() -> OutputTap {
+pub(super) fn tap(console: Arc<Console>) -> OutputTap {
     let pending = Arc::new(Mutex::new(Pending::default()));
     Arc::new(move |stream: Stream, data: &[u8]| {
         let mut p = pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -30,10 +30,7 @@ pub(super) fn tap() -> OutputTap {
         held.extend_from_slice(data);
         let text = take_complete(held);
         if !text.is_empty() {
-            let clean = crate::shape::sanitize_str(&text);
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(clean.as_bytes());
-            let _ = err.flush();
+            console.output(&crate::shape::sanitize_str(&text));
         }
     })
 }

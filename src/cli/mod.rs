@@ -9,6 +9,7 @@
 pub mod args;
 mod echo;
 pub(crate) mod exec;
+mod progress;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -85,8 +86,15 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     return Ok(2);
                 }
             };
-            let hooks = CallHooks { tap: stream.then(echo::tap), ..CallHooks::default() };
+            // Progress: a line updating in place on a terminal, plain lines with --stream elsewhere.
+            let console = progress::Console::new(tool, *stream);
+            let hooks = CallHooks {
+                tap: stream.then(|| echo::tap(console.clone())),
+                progress: console.sink(),
+                ..CallHooks::default()
+            };
             let response = executor.call_with(ToolCall::new(tool.clone(), args), &hooks);
+            console.finish();
             print_json(&response.to_json());
             Ok(if *exit_status {
                 echo::program_status(&response).unwrap_or(response.exit_code())
