@@ -3,7 +3,11 @@
 //! directory) runs `tests/mcp/*.py` with pytest, and the MCP Inspector CLI
 //! (npm `@modelcontextprotocol/inspector` 0.15) lists and calls tools, among
 //! them a `warden:plugin@0.2.0` component's image (`tests/mcp/test_rich.py`).
-//! Background jobs (`background = true`, the `job_*` tools) are `tests/mcp/test_jobs.py`.
+//! Background jobs (`background = true`, the `job_*` tools) are `tests/mcp/test_jobs.py`;
+//! MCP tasks (`tests/mcp/test_tasks.py`) are driven by the TypeScript SDK 1.32's
+//! experimental tasks client (2025-11-25) and `@modelcontextprotocol/ext-tasks`
+//! over the v2 client (2026-07-28), from `tests/mcp/tasks_clients` (`npm ci`
+//! of its lock file).
 //!
 //! Both are installed here on first use, from PyPI and npm, so `cargo test`
 //! needs only `python3` (with venv) and `npm` on the machine; `.ci/run` installs
@@ -52,6 +56,28 @@ fn python() -> PathBuf {
     py
 }
 
+/// A directory where `tests/mcp/tasks_clients` is installed (`npm ci` of its lock).
+fn tasks_clients() -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/tasks_clients");
+    let dir = tmp().join("tasks-clients");
+    let lock = std::fs::read(src.join("package-lock.json")).unwrap();
+    // Installed from this very lock file, or again.
+    let ready = std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock)
+        && dir.join("node_modules/@modelcontextprotocol/ext-tasks").is_dir();
+    if !ready {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["package.json", "package-lock.json"] {
+            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        run(
+            "npm ci of tests/mcp/tasks_clients (install nodejs and npm)",
+            Command::new("npm").current_dir(&dir).args(["ci", "--no-audit", "--no-fund", "--silent"]),
+        );
+    }
+    dir
+}
+
 /// The Inspector's CLI entry point.
 fn inspector() -> PathBuf {
     let dir = tmp().join("inspector");
@@ -74,6 +100,7 @@ fn inspector() -> PathBuf {
 fn python_sdk_and_inspector_end_to_end() {
     let py = python();
     let cli = inspector();
+    let tasks = tasks_clients();
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("mcp");
     let out = Command::new(&py)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA"])
@@ -81,6 +108,7 @@ fn python_sdk_and_inspector_end_to_end() {
         .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
         .env("WARDEN_CACHE_DIR", tmp().join("warden-test-cache"))
         .env("INSPECTOR_CLI", &cli)
+        .env("TASKS_CLIENTS", &tasks)
         // The warden:plugin@0.2.0 fixture (plugins/conformance) for test_rich.py.
         .env("WARDEN_CONFORMANCE_WASM", env!("WARDEN_CONFORMANCE_WASM"))
         // The testkit component (its `spin` loops forever) for test_jobs.py.
@@ -93,9 +121,15 @@ fn python_sdk_and_inspector_end_to_end() {
     println!("{report}");
     assert!(out.status.success(), "the MCP end-to-end suite failed:\n{report}");
     // The suite really ran: every test file contributed.
-    for file in
-        ["test_stdio.py", "test_robustness.py", "test_http.py", "test_rich.py", "test_progress.py", "test_jobs.py"]
-    {
+    for file in [
+        "test_stdio.py",
+        "test_robustness.py",
+        "test_http.py",
+        "test_rich.py",
+        "test_progress.py",
+        "test_jobs.py",
+        "test_tasks.py",
+    ] {
         assert!(report.contains(file), "{file} did not run:\n{report}");
     }
 }
