@@ -639,6 +639,12 @@ mod tests {
         }
         assert!(jobs.output("token:x", "j-1", 0, 10).is_err());
         assert!(jobs.list("token:x")["jobs"].as_array().is_some_and(Vec::is_empty));
+        // Tasks are the same jobs: the same answer, and no list of another's.
+        let as_task = jobs.view("token:x", "j-1").err().map(|e| (e.code, e.message.replace("j-1", "ID")));
+        let missing = jobs.view("stdio:1", "j-2").err().map(|e| (e.code, e.message.replace("j-2", "ID")));
+        assert_eq!(as_task, missing);
+        assert!(jobs.views("token:x").is_empty());
+        assert_eq!(jobs.views("stdio:1").len(), 1);
     }
 
     #[test]

@@ -59,8 +59,9 @@ fn tool(entry: &Entry) -> Tool {
     );
     if spec.background {
         text.push_str(
-            " Runs in the background: the call answers with a job handle {\"job\": \"j-…\"}; follow it with \
-             job_status and job_output, stop it with job_cancel.",
+            " Runs in the background: the call answers with a job handle {\"job\": \"j-…\"} (an MCP task \
+             instead, for a client that speaks tasks); follow it with job_status and job_output, stop it with \
+             job_cancel.",
         );
     }
     let schema: JsonObject = match schema {

@@ -384,3 +384,74 @@ def test_stopping_serve_mid_task_cancels_it_before_exit(tasks, clients, generati
     assert s.one("held")["ended"] == ("server" if how == "sigterm" else "stdin")
     assert_gone(secs, s)
     assert_ended(tasks, "cancelled", s)
+
+
+def test_2025_tasks_over_http_are_rewritten_per_request(tasks):
+    """Over stateless HTTP no session remembers the revision: each request's
+    MCP-Protocol-Version header (or an initialize's body) selects the
+    2025-11-25 rewriting. Raw JSON-RPC, since the SDK's task client above runs
+    on stdio: the capability, taskSupport, a task-augmented call, tasks/result
+    (from a later request), tasks/list, and a 2026-07-28 request left alone."""
+    import urllib.request
+
+    token = "tasks-token-0123456789abcdef"
+    p = subprocess.Popen(
+        [WARDEN, *tasks.argv("serve", "--http", "127.0.0.1:0")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, **tasks.env(), "WARDEN_HTTP_TOKEN": token}, cwd=tasks.ws, text=True,
+    )
+    try:
+        url = None
+        for line in p.stderr:
+            m = re.search(r"serving MCP at (http://\S+/mcp)", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url
+
+        def post(msg, version="2025-11-25", **extra):
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                       "Accept": "application/json, text/event-stream", **extra}
+            if version:
+                headers["MCP-Protocol-Version"] = version
+            req = urllib.request.Request(url, data=json.dumps(msg).encode(), headers=headers)
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())
+
+        init = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}},
+            version=None)
+        assert init["result"]["capabilities"]["tasks"]["requests"] == {"tools": {"call": {}}}, init
+        listed = post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]
+        support = {t["name"]: t.get("execution", {}).get("taskSupport") for t in listed}
+        assert support["bg"] == "optional" and support["read_file"] is None, support
+        created = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "bg", "arguments": {"command": "sleep 0.5; echo over-http"}, "task": {"ttl": 60000}}})
+        task = created["result"]["task"]
+        assert TASK_ID.fullmatch(task["taskId"]) and task["status"] == "working", created
+        result = post({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task["taskId"]}})
+        assert result["result"]["_meta"][RELATED_TASK] == {"taskId": task["taskId"]}, result
+        assert "over-http" in text(result["result"]), result
+        listed = post({"jsonrpc": "2.0", "id": 4, "method": "tasks/list", "params": {}})["result"]["tasks"]
+        assert [(t["taskId"], t["status"]) for t in listed] == [(task["taskId"], "completed")], listed
+        # A task call of a tool that is not background: -32601, naming the key.
+        refused = post({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+            "name": "read_file", "arguments": {"path": str(tasks.ws / "a.txt")}, "task": {}}})
+        assert refused["error"]["code"] == -32601 and "background = true" in refused["error"]["message"], refused
+        # A 2026-07-28 request is not rewritten: tasks/get is rmcp's, gated on the extension.
+        modern = post({"jsonrpc": "2.0", "id": 6, "method": "tasks/get", "params": {"taskId": task["taskId"], "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}}},
+            version="2026-07-28", **{"Mcp-Method": "tasks/get", "Mcp-Name": task["taskId"]})
+        assert modern["result"]["status"] == "completed" and modern["result"]["resultType"] == "complete", modern
+        assert modern["result"]["result"]["isError"] is False, modern
+        p.terminate()
+        assert p.wait(timeout=20) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    records = bg_records(tasks)
+    assert [r["status"] for r in records] == ["running", "success"], records
+    verify_log(tasks)
