@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::legacy_tasks::{Legacy, Session};
@@ -71,12 +71,15 @@ fn classify(line: &[u8]) -> Line {
                 format!("parse error: the frame is not valid UTF-8 (at byte {})", e.valid_up_to()),
             ))
         }
-        Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        // Parsed as rmcp will parse it (a `Value`: nesting deeper than 128, a
+        // number out of range or a lone surrogate escape are errors there too,
+        // which rmcp would drop without an answer).
+        Ok(text) => match serde_json::from_str::<Value>(text) {
             Ok(_) => Line::Frame,
             Err(e) => Line::Refused(error(
-                Value::Null,
+                recover_id_prefix(text),
                 -32700,
-                format!("parse error: the frame is not JSON: {e} (line {}, column {})", e.line(), e.column()),
+                format!("parse error: the frame is not JSON: {e}"),
             )),
         },
     }
@@ -84,9 +87,14 @@ fn classify(line: &[u8]) -> Line {
 
 /// Puts the gate between `input`/`output` and rmcp: returns the reader and
 /// writer to hand rmcp, and the task that writes to `output` (it ends once rmcp
-/// and the gate are done with it). With `legacy`, the frames of a 2025-11-25
-/// tasks session are rewritten on the way (see [`super::legacy_tasks`]).
-pub fn gate<R, W>(input: R, output: W, legacy: Option<Arc<Legacy>>) -> (DuplexStream, DuplexStream, JoinHandle<()>)
+/// and the gate are done with it), and a switch that turns on when `input`
+/// ends. With `legacy`, the frames of a 2025-11-25 tasks session are
+/// rewritten on the way (see [`super::legacy_tasks`]).
+pub fn gate<R, W>(
+    input: R,
+    output: W,
+    legacy: Option<Arc<Legacy>>,
+) -> (DuplexStream, DuplexStream, JoinHandle<()>, watch::Receiver<bool>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -96,6 +104,7 @@ where
     let (refusals, mut refused) = mpsc::channel::<Value>(64);
     let session = legacy.map(|l| Arc::new(Mutex::new(Session::new(l, false))));
     let out_session = session.clone();
+    let (closed_tx, closed) = watch::channel(false);
 
     tokio::spawn(async move {
         let mut input = BufReader::with_capacity(64 << 10, input);
@@ -135,6 +144,7 @@ where
             }
         }
         let _ = feed.shutdown().await;
+        let _ = closed_tx.send(true);
     });
 
     let writer = tokio::spawn(async move {
@@ -147,9 +157,13 @@ where
                 r = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => match r {
                     Ok(0) | Err(_) => rmcp_open = false,
                     Ok(_) => {
-                        let rewritten = out_session.as_ref().filter(|s| lock(s).waiting()).and_then(|s| {
+                        let rewritten = out_session.as_ref().and_then(|s| {
                             let frame = line.strip_suffix(b"\n").unwrap_or(&line);
-                            lock(s).outbound(frame).map(|mut f| {
+                            let mut s = lock(s);
+                            if !s.waiting(frame) {
+                                return None;
+                            }
+                            s.outbound(frame).map(|mut f| {
                                 f.push(b'\n');
                                 f
                             })
@@ -174,7 +188,7 @@ where
             }
         }
     });
-    (rmcp_in, rmcp_out, writer)
+    (rmcp_in, rmcp_out, writer, closed)
 }
 
 /// Reads one line (without its newline) into `line`, keeping at most
@@ -237,6 +251,21 @@ mod tests {
         };
         assert_eq!(e["id"], 7);
         assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("UTF-8")));
+    }
+
+    #[test]
+    fn frames_rmcp_would_drop_silently_are_answered_with_their_id() {
+        let deep =
+            format!(r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        for frame in [
+            r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"n":1e999}}"#.to_string(),
+            r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":{"s":"\ud800"}}"#.to_string(),
+            deep,
+        ] {
+            let Line::Refused(e) = classify(frame.as_bytes()) else { panic!("passed: {frame:.80}") };
+            assert_eq!(e["error"]["code"], -32700, "{frame:.80}");
+            assert!(e["id"].is_number(), "{e}");
+        }
     }
 
     #[test]

@@ -530,6 +530,28 @@ async fn gate(req: http::Request<hyper::body::Incoming>, gates: Gates<'_>, conn:
     }
 }
 
+/// Each `data:` line of an event stream through [`Session::outbound`]; `None` when none changed.
+fn rewrite_events(session: &mut Session, body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len());
+    let mut changed = false;
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        let payload = line.strip_prefix(b"data:").map(|p| p.strip_prefix(b" ").unwrap_or(p));
+        let payload = payload.map(|p| p.strip_suffix(b"\r").unwrap_or(p));
+        match payload.filter(|p| session.waiting(p)).and_then(|p| session.outbound(p)) {
+            Some(new) => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(&new);
+                changed = true;
+            }
+            None => out.extend_from_slice(line),
+        }
+    }
+    changed.then_some(out)
+}
+
 /// One request through [`super::legacy_tasks`]: its body rewritten on the way
 /// in (bounded like rmcp bounds it), its JSON answer on the way out.
 async fn legacy_round_trip(
@@ -547,17 +569,24 @@ async fn legacy_round_trip(
     let bytes = session.inbound(&bytes).map(Bytes::from).unwrap_or(bytes);
     parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
     let response = mcp.handle(http::Request::from_parts(parts, Full::new(bytes))).await;
-    let json = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !session.waiting() || !json {
-        return response;
-    }
+    let kind = response.headers().get(http::header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
+    let (json, sse) = match kind.as_deref() {
+        Some(k) if k.starts_with(b"application/json") => (true, false),
+        // A call that sent progress first is answered as an event stream.
+        Some(k) if k.starts_with(b"text/event-stream") => (false, true),
+        _ => return response,
+    };
     let (mut parts, body) = response.into_parts();
     let Ok(collected) = body.collect().await;
     let bytes = collected.to_bytes();
-    let bytes = session.outbound(&bytes).map(Bytes::from).unwrap_or(bytes);
+    let rewritten = if json {
+        session.outbound(&bytes)
+    } else if sse {
+        rewrite_events(&mut session, &bytes)
+    } else {
+        None
+    };
+    let bytes = rewritten.map(Bytes::from).unwrap_or(bytes);
     parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
     http::Response::from_parts(parts, Full::new(bytes).boxed())
 }

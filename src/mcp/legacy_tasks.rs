@@ -56,12 +56,11 @@ impl Legacy {
     }
 }
 
-/// What a rewritten request's response needs.
+/// What a noted request's response needs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Pending {
     Initialize,
     ToolsList,
-    TaskCall,
 }
 
 /// One session's rewriting: the stdio connection, or one HTTP request.
@@ -75,6 +74,13 @@ pub struct Session {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The id as rmcp reads it (an integral `1.0` is `1`), so a response finds its
+/// request; `None` for an id rmcp does not accept.
+fn id_key(id: &Value) -> Option<String> {
+    let id: rmcp::model::RequestId = serde_json::from_value(id.clone()).ok()?;
+    serde_json::to_string(&id).ok()
 }
 
 impl Session {
@@ -93,7 +99,7 @@ impl Session {
         let mut msg: Value = serde_json::from_slice(frame).ok()?;
         let o = msg.as_object_mut()?;
         let method = o.get("method")?.as_str()?.to_string();
-        let key = o.get("id").map(Value::to_string);
+        let key = o.get("id").and_then(id_key);
         let mut changed = false;
         match method.as_str() {
             "initialize" => {
@@ -105,16 +111,16 @@ impl Session {
             "tools/call" if self.legacy => {
                 let params = o.get_mut("params").and_then(Value::as_object_mut)?;
                 if let Some(task) = params.remove("task") {
-                    if self.pending.len() >= MAX_PENDING {
-                        return None;
-                    }
                     let meta = params.entry("_meta").or_insert_with(|| json!({}));
                     meta.as_object_mut()?.insert(self.shared.meta_key(), task);
-                    self.expect(key, Pending::TaskCall);
                     changed = true;
                 }
             }
-            m if self.legacy && matches!(m, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel") => {
+            // A notification (no id) keeps its name: rmcp answers nothing to it either way.
+            m if self.legacy
+                && key.is_some()
+                && matches!(m, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel") =>
+            {
                 let verb = &m["tasks/".len()..];
                 o.insert("method".into(), json!(format!("{}{verb}", self.shared.method_prefix())));
                 changed = true;
@@ -132,38 +138,71 @@ impl Session {
         }
     }
 
-    /// Whether a response may need rewriting (a request was noted).
-    pub fn waiting(&self) -> bool {
-        !self.pending.is_empty()
+    /// Whether a response may need rewriting: a request was noted, or a task
+    /// call's answer carries the private key.
+    pub fn waiting(&self, frame: &[u8]) -> bool {
+        !self.pending.is_empty() || contains(frame, self.shared.meta_key().as_bytes())
     }
 
-    /// A frame from rmcp, rewritten if it answers a request noted on the way in.
+    /// A frame from rmcp, rewritten if it answers a request noted on the way in,
+    /// or is the answer of a task call that started a job.
+    ///
+    /// The task answer is found by the private key in its `_meta` (only
+    /// [`super::server`] writes it, for a call that started a job), not by its
+    /// id: no id spelling can make it go out unrewritten. A frame that still
+    /// holds the key after this (which nothing should produce) is replaced by an
+    /// internal error, so the secret never reaches the client.
     pub fn outbound(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
-        if self.pending.is_empty() {
+        let key = self.shared.meta_key();
+        let secret = contains(frame, key.as_bytes());
+        if self.pending.is_empty() && !secret {
             return None;
         }
-        let mut msg: Value = serde_json::from_slice(frame).ok()?;
-        let o = msg.as_object_mut()?;
-        if o.contains_key("method") {
-            return None; // a request or notification from the server
+        let Ok(mut msg) = serde_json::from_slice::<Value>(frame) else {
+            return secret.then(|| withheld(&Value::Null));
+        };
+        let rewritten = self.rewrite(&mut msg, &key);
+        match serde_json::to_vec(&msg) {
+            Ok(out) if contains(&out, key.as_bytes()) => Some(withheld(msg.get("id").unwrap_or(&Value::Null))),
+            Ok(out) if rewritten => Some(out),
+            Ok(_) => None,
+            Err(_) => secret.then(|| withheld(msg.get("id").unwrap_or(&Value::Null))),
         }
-        let what = self.pending.remove(&o.get("id")?.to_string())?;
-        let result = o.get_mut("result").and_then(Value::as_object_mut)?;
+    }
+
+    /// Rewrites `msg` in place; whether it changed.
+    fn rewrite(&mut self, msg: &mut Value, key: &str) -> bool {
+        let Some(o) = msg.as_object_mut() else { return false };
+        if o.contains_key("method") {
+            return false; // a request or notification from the server
+        }
+        let what = o.get("id").and_then(id_key).and_then(|k| self.pending.remove(&k));
+        let Some(result) = o.get_mut("result").and_then(Value::as_object_mut) else { return false };
+        // A task call that started a job: `{"task": …}`, whatever its id.
+        if result.get("_meta").and_then(|m| m.get(key)).is_some() {
+            let task = result.get("structuredContent").cloned().unwrap_or(Value::Null);
+            let mut created = Map::new();
+            created.insert("task".into(), task);
+            *result = created;
+            return true;
+        }
         match what {
-            Pending::Initialize => {
+            Some(Pending::Initialize) => {
                 if result.get("protocolVersion").and_then(Value::as_str) != Some(REVISION) {
                     self.legacy = false;
-                    return None;
+                    return false;
                 }
                 if self.shared.background.is_empty() {
-                    return None;
+                    return false;
                 }
-                let caps = result.entry("capabilities").or_insert_with(|| json!({}));
-                caps.as_object_mut()?
-                    .insert("tasks".into(), json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+                let Some(caps) = result.entry("capabilities").or_insert_with(|| json!({})).as_object_mut() else {
+                    return false;
+                };
+                caps.insert("tasks".into(), json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+                true
             }
-            Pending::ToolsList => {
-                let tools = result.get_mut("tools").and_then(Value::as_array_mut)?;
+            Some(Pending::ToolsList) => {
+                let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else { return false };
                 let mut any = false;
                 for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
                     let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
@@ -172,24 +211,21 @@ impl Session {
                         any = true;
                     }
                 }
-                if !any {
-                    return None;
-                }
+                any
             }
-            Pending::TaskCall => {
-                // Only a call that started a job carries the key back; any other
-                // answer (an error, a refusal) goes through as the result it is.
-                let key = self.shared.meta_key();
-                let started = result.get("_meta").and_then(|m| m.get(&key)).is_some();
-                let task = result.get("structuredContent").cloned();
-                let (true, Some(task)) = (started, task) else { return None };
-                let mut created = Map::new();
-                created.insert("task".into(), task);
-                *result = created;
-            }
+            None => false,
         }
-        serde_json::to_vec(&msg).ok()
     }
+}
+
+/// What goes out instead of a frame that would have shown the private key.
+fn withheld(id: &Value) -> Vec<u8> {
+    let id = if id.is_string() || id.is_number() { id.clone() } else { Value::Null };
+    let frame = json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32603,
+        "message": "warden withheld this answer: it would have shown warden's private tasks key",
+    }});
+    serde_json::to_vec(&frame).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -223,7 +259,7 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["result"]["tools"][0]["execution"]["taskSupport"], "optional");
         assert!(v["result"]["tools"][1].get("execution").is_none());
-        assert!(!s.waiting());
+        assert!(!s.waiting(b"{}"));
     }
 
     #[test]
@@ -256,6 +292,38 @@ mod tests {
     }
 
     #[test]
+    fn a_task_answer_is_found_by_its_key_whatever_the_id_spelling() {
+        let mut s = session();
+        init(&mut s, REVISION);
+        let key = s.shared.meta_key();
+        let call = br#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"bg","task":{}}}"#;
+        assert!(s.inbound(call).is_some());
+        // rmcp answers id 1.0 as 1.
+        let answer = json!({"jsonrpc":"2.0","id":1,"result":{
+            "content":[], "structuredContent": {"taskId":"j-1"}, "_meta": {key.clone(): true}}});
+        let out = s.outbound(answer.to_string().as_bytes()).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"], json!({"task": {"taskId":"j-1"}}));
+        assert!(!String::from_utf8_lossy(&out).contains(&key));
+    }
+
+    #[test]
+    fn a_frame_that_would_show_the_key_is_withheld() {
+        let mut s = session();
+        let key = s.shared.meta_key();
+        for frame in [
+            json!({"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text": key.clone()}]}}).to_string(),
+            format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"x":"{key}""#),
+        ] {
+            assert!(s.waiting(frame.as_bytes()));
+            let out = s.outbound(frame.as_bytes()).unwrap();
+            assert!(!String::from_utf8_lossy(&out).contains(&key), "{}", String::from_utf8_lossy(&out));
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["error"]["code"], -32603);
+        }
+    }
+
+    #[test]
     fn a_refused_task_call_and_forged_keys_pass_unchanged() {
         let mut s = session();
         init(&mut s, REVISION);
@@ -276,5 +344,7 @@ mod tests {
             assert_eq!(v["method"], format!("{}{verb}", s.shared.method_prefix()));
         }
         assert!(s.inbound(br#"{"jsonrpc":"2.0","id":9,"method":"tasks/update","params":{}}"#).is_none());
+        // A notification keeps its name.
+        assert!(s.inbound(br#"{"jsonrpc":"2.0","method":"tasks/get","params":{"taskId":"j-1"}}"#).is_none());
     }
 }

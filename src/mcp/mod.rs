@@ -111,19 +111,37 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
     // Non-blocking (epoll) when stdin and stdout are pipes, as agents start servers;
     // on reopened descriptors, so O_NONBLOCK never reaches the inherited streams.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let (input, output, writer) = frames::gate(stdin, stdout, shared.legacy_tasks());
+    let (input, output, writer, mut closed) = frames::gate(stdin, stdout, shared.legacy_tasks());
     let owner: Arc<str> = Arc::from(format!("stdio:{}", std::process::id()));
     let jobs = shared.has_jobs();
+    // No job outlives the connection: each is torn down and its end record written
+    // (a request still waiting on one, a 2025-11-25 tasks/result, then ends too).
+    let exiting = shared.clone();
+    let end_jobs = move || {
+        let shared = exiting.clone();
+        async move {
+            let _ = tokio::task::spawn_blocking(move || shared.shutdown_jobs()).await;
+        }
+    };
     let served = match WardenServer::new(shared, true, owner).serve((input, output)).await {
-        // With background jobs, SIGTERM and SIGINT end the server the way closing stdin does,
-        // so that `serve` tears the jobs down before it exits.
+        // With background jobs, closing stdin, SIGTERM and SIGINT end the jobs
+        // first: rmcp waits for requests in flight, and one may wait on a job.
         Ok(running) if jobs => {
             let ct = running.cancellation_token();
             let stopped = running.waiting();
             tokio::pin!(stopped);
+            let stop = |r: Result<_, _>| r.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}"));
             tokio::select! {
-                r = &mut stopped => r.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
+                r = &mut stopped => stop(r),
+                _ = closed.wait_for(|c| *c) => {
+                    end_jobs().await;
+                    match tokio::time::timeout(Duration::from_secs(5), stopped).await {
+                        Ok(r) => stop(r),
+                        Err(_) => Ok(()),
+                    }
+                }
                 _ = signalled() => {
+                    end_jobs().await;
                     ct.cancel();
                     let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
                     Ok(())

@@ -324,20 +324,6 @@ impl ServerHandler for WardenServer {
     ) -> Result<CallToolResponse, McpError> {
         let shared = self.shared.clone();
         let name = request.name.to_string();
-        // warden's own job tools (no policy tool may share their names).
-        if let Some(jobs) = shared.jobs.clone()
-            && crate::policy::JOB_TOOLS.contains(&name.as_str())
-        {
-            let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
-            let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
-                .await
-                .map_err(|e| McpError::internal_error(format!("the job tool's thread failed: {e}"), None))?;
-            return answer.map(Into::into).ok_or_else(|| McpError::internal_error("not a job tool", None));
-        }
-        // Unknown names are a protocol fault; everything else is a result.
-        if let Err(e) = shared.executor.resolve(&name) {
-            return Err(McpError::invalid_params(e.message, None));
-        }
         // Run as a task? (2025-11-25: `params.task`, carried in private `_meta`;
         // 2026-07-28: the client declared the extension.) Only background tools do.
         let legacy_task = shared.legacy.as_ref().is_some_and(|l| context.meta.get(&l.meta_key()).is_some());
@@ -352,10 +338,26 @@ impl ServerHandler for WardenServer {
                 Some(serde_json::json!({"tool": name})),
             ));
         }
+        // warden's own job tools (no policy tool may share their names).
+        if let Some(jobs) = shared.jobs.clone()
+            && crate::policy::JOB_TOOLS.contains(&name.as_str())
+        {
+            let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
+            let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
+                .await
+                .map_err(|e| McpError::internal_error(format!("the job tool's thread failed: {e}"), None))?;
+            return answer.map(Into::into).ok_or_else(|| McpError::internal_error("not a job tool", None));
+        }
+        // Unknown names are a protocol fault; everything else is a result.
+        if let Err(e) = shared.executor.resolve(&name) {
+            return Err(McpError::invalid_params(e.message, None));
+        }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
         let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
-        let progress = context.meta.get_progress_token();
+        // A 2025-11-25 task call answers a task once the job starts: no running-time
+        // notifications for it (over HTTP they would turn its answer into an event stream).
+        let progress = if legacy_task { None } else { context.meta.get_progress_token() };
         let logger = Logger::for_request(&context, Some(&self.log_level));
 
         let asker = if shared.approver_only {

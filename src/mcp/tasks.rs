@@ -196,12 +196,20 @@ pub async fn legacy_request(
             }
             // The same teardown as job_cancel, waiting (bounded) for the end record.
             let (jobs, owner_s, id_s) = (jobs.clone(), owner.to_string(), id.to_string());
-            tokio::task::spawn_blocking(move || jobs.cancel(&owner_s, &id_s).map(|_| jobs.view(&owner_s, &id_s)))
-                .await
-                .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
-                .and_then(|r| r)
-                .map(|v| legacy_task(&v))
-                .map_err(|e| not_found(&e, id))
+            let v =
+                tokio::task::spawn_blocking(move || jobs.cancel(&owner_s, &id_s).map(|_| jobs.view(&owner_s, &id_s)))
+                    .await
+                    .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
+                    .and_then(|r| r)
+                    .map_err(|e| not_found(&e, id))?;
+            // It ended on its own while the cancel arrived: as for a task that had already ended.
+            match legacy_status(&v) {
+                "cancelled" | "working" => Ok(legacy_task(&v)),
+                other => Err(McpError::invalid_params(
+                    format!("task {id} ended ({other}) before the cancel took effect: there was nothing to cancel"),
+                    Some(json!({ "taskId": id, "status": other })),
+                )),
+            }
         }
         _ => Err(McpError::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
