@@ -70,6 +70,20 @@ impl Catalog {
     /// Loads every plugin the policy's tools use, starts its servers, checks
     /// definitions against `pins` and compiles every input schema.
     pub fn build(policy: &Policy, runtime: &ComponentRuntime, servers: &ServerPool, pins: &Pins) -> Catalog {
+        Catalog::build_for(policy, runtime, servers, pins, None)
+    }
+
+    /// [`Catalog::build`]; with `only`, just the tool a call names is made
+    /// ready (its plugin loaded, its schema compiled): the others are listed
+    /// by name (for the closest-name hint of a miss) and never loaded, so a
+    /// `warden call` of a process tool does not start wasmtime (issue 22).
+    pub fn build_for(
+        policy: &Policy,
+        runtime: &ComponentRuntime,
+        servers: &ServerPool,
+        pins: &Pins,
+        only: Option<&str>,
+    ) -> Catalog {
         if let Pins::Missing(path) = pins {
             let pinned: Vec<String> = policy
                 .plugins
@@ -88,8 +102,24 @@ impl Catalog {
         }
         let found = Found { policy, runtime, servers, pins };
         let mut entries = BTreeMap::new();
+        // `PLUGIN.TOOL` names the tool TOOL.
+        let wanted =
+            |name: &str| only.is_none_or(|o| o == name || o.split_once('.').is_some_and(|(_, tool)| tool == name));
         for spec in policy.tools.values().filter(|s| !matches!(s.runner, Runner::Server(_))) {
-            add(&found, &mut entries, spec.clone(), found.ready(spec));
+            if wanted(&spec.name) {
+                add(&found, &mut entries, spec.clone(), found.ready(spec));
+                continue;
+            }
+            let mut spec = spec.clone();
+            // Hidden by the profile as it would be: never suggested.
+            if let Some(profile) = &policy.profile {
+                profile.apply(&mut spec);
+            }
+            let state = Err(CallError::new(
+                ErrorCode::Internal,
+                format!("tool {} was not prepared: this warden process serves one call of another tool", spec.name),
+            ));
+            entries.insert(spec.name.clone(), Entry { spec, state, refused_definition: None });
         }
         let servers = policy.servers.keys().map(|name| (name.clone(), OnceLock::new())).collect();
         Catalog { entries, servers }

@@ -256,13 +256,26 @@ impl Executor {
     /// The process ignores `SIGXFSZ` from then on (a write past an rlimit fails
     /// instead of killing warden before a record is written).
     pub fn new(policy: Policy, approver: Approver, audit: AuditLog, options: Options) -> Result<Executor, CallError> {
+        Executor::new_for(policy, approver, audit, options, None)
+    }
+
+    /// [`Executor::new`] for calls of one tool, `only` (as requested: a name or
+    /// `PLUGIN.TOOL`): no other tool is prepared, so `warden call` loads nothing
+    /// the call does not need (see [`Catalog::build_for`]).
+    pub fn new_for(
+        policy: Policy,
+        approver: Approver,
+        audit: AuditLog,
+        options: Options,
+        only: Option<&str>,
+    ) -> Result<Executor, CallError> {
         // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
         crate::runtime::process::limits::ignore_sigxfsz();
         let runtime = ComponentRuntime::new(options.cache_dir)?;
         let processes = ProcessRuntime::new(options.sandbox_helper.clone(), policy.mode);
         let servers = ServerPool::new(options.sandbox_helper, &policy);
         let pins = Pins::load(policy.lock_path.as_deref());
-        let catalog = Catalog::build(&policy, &runtime, &servers, &pins);
+        let catalog = Catalog::build_for(&policy, &runtime, &servers, &pins, only);
         let writable = policy.writable_roots();
         Ok(Executor {
             policy,

@@ -72,7 +72,7 @@ fn fail(code: u8, message: impl Into<String>) -> Failure {
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
         Command::Call { tool, args, exit_status, stream } => {
-            let executor = executor(&cli)?;
+            let executor = executor_for(&cli, Some(tool))?;
             let args_text = if args == "-" { read_stdin()? } else { args.clone() };
             let args: Value = match serde_json::from_str(&args_text) {
                 Ok(v) => v,
@@ -785,6 +785,11 @@ fn approve_mode(cli: &Cli) -> ApproveMode {
 }
 
 fn executor(cli: &Cli) -> Result<Executor, Failure> {
+    executor_for(cli, None)
+}
+
+/// The executor; with `only`, for calls of that one tool (nothing else is loaded).
+fn executor_for(cli: &Cli, only: Option<&str>) -> Result<Executor, Failure> {
     let ctx = context(cli)?;
     let policy = load_policy(cli, &ctx)?;
     let log_path = cli.audit_log.clone().unwrap_or_else(audit::default_path);
@@ -792,7 +797,7 @@ fn executor(cli: &Cli) -> Result<Executor, Failure> {
         fail(70, format!("cannot open the audit log {}: {e} (pass a writable --audit-log)", log_path.display()))
     })?;
     let options = Options { cache_dir: cache_dir(), sandbox_helper: crate::runtime::process::default_helper() };
-    Executor::new(policy, Approver::new(approve_mode(cli)), log, options)
+    Executor::new_for(policy, Approver::new(approve_mode(cli)), log, options, only)
         .map_err(|e| fail(e.code.exit_code(), e.message))
 }
 

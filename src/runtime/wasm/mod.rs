@@ -24,7 +24,7 @@ mod threads;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -250,22 +250,23 @@ fn engine_config(pooling: bool) -> Config {
 
 /// Runs component tools.
 pub struct ComponentRuntime {
-    engine: Engine,
-    linker: Linker<HostState>,
-    cache: ComponentCache,
+    cache_dir: Option<PathBuf>,
+    /// wasmtime, started on first use: a `warden call` of a process tool
+    /// never builds an engine, its pool or its linker (issue 22).
+    started: OnceLock<Result<Started, CallError>>,
     loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
     threads: CallThreads,
 }
 
-impl std::fmt::Debug for ComponentRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ComponentRuntime").finish_non_exhaustive()
-    }
+/// The engine, the linker and the compiled-component cache.
+struct Started {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: ComponentCache,
 }
 
-impl ComponentRuntime {
-    /// A runtime whose compiled components are cached in `cache_dir` (`None`: no cache).
-    pub fn new(cache_dir: Option<PathBuf>) -> Result<ComponentRuntime, CallError> {
+impl Started {
+    fn new(cache_dir: Option<PathBuf>) -> Result<Started, CallError> {
         let engine = match Engine::new(&engine_config(true)) {
             Ok(e) => e,
             Err(e) => {
@@ -296,18 +297,43 @@ impl ComponentRuntime {
         bindings_v2::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot link warden:plugin/host: {e:#}")))?;
         let cache = ComponentCache::new(&engine, cache_dir);
-        Ok(ComponentRuntime { engine, linker, cache, loaded: Mutex::default(), threads: CallThreads::default() })
+        Ok(Started { engine, linker, cache })
+    }
+}
+
+impl std::fmt::Debug for ComponentRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentRuntime").finish_non_exhaustive()
+    }
+}
+
+impl ComponentRuntime {
+    /// A runtime whose compiled components are cached in `cache_dir` (`None`: no cache).
+    /// A runtime whose engine starts on first use ([`ComponentRuntime::started`]).
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<ComponentRuntime, CallError> {
+        Ok(ComponentRuntime {
+            cache_dir,
+            started: OnceLock::new(),
+            loaded: Mutex::default(),
+            threads: CallThreads::default(),
+        })
+    }
+
+    /// The engine, linker and cache, started now if they were not (a failure is kept and repeated).
+    fn started(&self) -> Result<&Started, CallError> {
+        self.started.get_or_init(|| Started::new(self.cache_dir.clone())).as_ref().map_err(Clone::clone)
     }
 
     /// The interfaces a component imports (what it could ask the host for),
     /// sorted; compiles it (or takes it from the cache) without running it.
     pub fn imports(&self, bytes: &[u8]) -> Result<Vec<String>, CallError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let component = self.cache.load(&self.engine, &sha256, bytes).map_err(|e| {
+        let rt = self.started()?;
+        let component = rt.cache.load(&rt.engine, &sha256, bytes).map_err(|e| {
             CallError::new(ErrorCode::ExecutionFailed, format!("not a valid WebAssembly component: {e:#}"))
         })?;
         let mut names: Vec<String> =
-            component.component_type().imports(&self.engine).map(|(name, _)| name.to_string()).collect();
+            component.component_type().imports(&rt.engine).map(|(name, _)| name.to_string()).collect();
         names.sort();
         Ok(names)
     }
@@ -315,11 +341,12 @@ impl ComponentRuntime {
     /// The interfaces a component exports, sorted (`wasi:cli/run@…` marks a command program).
     pub fn exports(&self, bytes: &[u8]) -> Result<Vec<String>, CallError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let component = self.cache.load(&self.engine, &sha256, bytes).map_err(|e| {
+        let rt = self.started()?;
+        let component = rt.cache.load(&rt.engine, &sha256, bytes).map_err(|e| {
             CallError::new(ErrorCode::ExecutionFailed, format!("not a valid WebAssembly component: {e:#}"))
         })?;
         let mut names: Vec<String> =
-            component.component_type().exports(&self.engine).map(|(name, _)| name.to_string()).collect();
+            component.component_type().exports(&rt.engine).map(|(name, _)| name.to_string()).collect();
         names.sort();
         Ok(names)
     }
@@ -352,12 +379,13 @@ impl ComponentRuntime {
                 ),
             ));
         }
-        let component = self
+        let rt = self.started()?;
+        let component = rt
             .cache
-            .load(&self.engine, &sha256, &bytes)
+            .load(&rt.engine, &sha256, &bytes)
             .map_err(|e| fail(ErrorCode::ExecutionFailed, format!("not a valid component: {e:#}")))?;
         if spec.kind == PluginKind::Command {
-            let pre = self.linker.instantiate_pre(&component).and_then(CommandPre::new).map_err(|e| {
+            let pre = rt.linker.instantiate_pre(&component).and_then(CommandPre::new).map_err(|e| {
                 fail(
                     ErrorCode::ExecutionFailed,
                     format!(
@@ -371,20 +399,20 @@ impl ComponentRuntime {
             self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
             return Ok(loaded);
         }
-        let v2 = component.component_type().exports(&self.engine).any(|(n, _)| n == TOOL_V2_EXPORT);
-        let pre = self
+        let v2 = component.component_type().exports(&rt.engine).any(|(n, _)| n == TOOL_V2_EXPORT);
+        let pre = rt
             .linker
             .instantiate_pre(&component)
             .and_then(|pre| {
                 if v2 { bindings_v2::PluginPre::new(pre).map(Pre::ToolV2) } else { PluginPre::new(pre).map(Pre::Tool) }
             })
             .map_err(|e| {
-                let hint =
-                    if component.component_type().exports(&self.engine).any(|(n, _)| n.starts_with("wasi:cli/run")) {
-                        " (it exports wasi:cli/run: a command program is declared with kind = \"command\")"
-                    } else {
-                        ""
-                    };
+                let hint = if component.component_type().exports(&rt.engine).any(|(n, _)| n.starts_with("wasi:cli/run"))
+                {
+                    " (it exports wasi:cli/run: a command program is declared with kind = \"command\")"
+                } else {
+                    ""
+                };
                 let world = if v2 { "warden:plugin@0.2.0" } else { "warden:plugin@0.1.0" };
                 fail(ErrorCode::ExecutionFailed, format!("does not fit the {world} world: {e:#}{hint}"))
             })?;
@@ -514,7 +542,7 @@ impl ComponentRuntime {
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             progress: crate::runtime::progress::Reporter::default(),
         };
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(&self.started()?.engine, state);
         store.limiter(|s| &mut s.limiter);
         // Every tick the callback looks at the cancel switch and counts down the timeout.
         let mut ticks_left = walls.limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
@@ -1028,7 +1056,7 @@ mod tests {
     fn tables_cannot_grow_past_the_bound() {
         let rt = ComponentRuntime::new(None).unwrap();
         let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[], None).unwrap();
-        let module = wasmtime::Module::new(&rt.engine, table_module(1)).unwrap();
+        let module = wasmtime::Module::new(&rt.started().unwrap().engine, table_module(1)).unwrap();
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
         let grow = instance.get_typed_func::<u32, i32>(&mut store, "grow").unwrap();
         assert_eq!(grow.call(&mut store, 1_000_000).unwrap(), -1, "a million elements were granted");
@@ -1037,7 +1065,7 @@ mod tests {
         assert_eq!(grow.call(&mut store, u32::MAX).unwrap(), -1);
 
         let (mut store, _, _) = rt.store("t", &walls(), Cancel::new(), &[], None).unwrap();
-        let huge = wasmtime::Module::new(&rt.engine, table_module(MAX_TABLE_ELEMENTS as u64 * 10));
+        let huge = wasmtime::Module::new(&rt.started().unwrap().engine, table_module(MAX_TABLE_ELEMENTS as u64 * 10));
         let instantiated = huge.and_then(|m| wasmtime::Instance::new(&mut store, &m, &[]));
         assert!(instantiated.is_err(), "a table of {} elements was created", MAX_TABLE_ELEMENTS * 10);
     }
