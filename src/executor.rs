@@ -271,7 +271,11 @@ impl Executor {
     ) -> Result<Executor, CallError> {
         // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
         crate::runtime::process::limits::ignore_sigxfsz();
-        let runtime = ComponentRuntime::new(options.cache_dir)?;
+        // A call of one tool is a process's only call (`warden call`): no instance pool.
+        let runtime = match only {
+            Some(_) => ComponentRuntime::one_shot(options.cache_dir),
+            None => ComponentRuntime::new(options.cache_dir)?,
+        };
         let processes = ProcessRuntime::new(options.sandbox_helper.clone(), policy.mode);
         let servers = ServerPool::new(options.sandbox_helper, &policy);
         let pins = Pins::load(policy.lock_path.as_deref());

@@ -74,11 +74,15 @@ fn state_key() -> Result<Vec<u8>, String> {
 pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
     let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("warden-mcp")
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    // One stdio client needs no worker pool: every hop of a frame (the gate,
+    // rmcp, the writer) stays on one thread instead of waking another (an IPI
+    // each on a VM). Calls run on blocking threads either way. HTTP serves many
+    // clients at once and keeps the pool.
+    let runtime = match options.http {
+        Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("warden-mcp").build(),
+        None => tokio::runtime::Builder::new_current_thread().enable_all().thread_name("warden-mcp").build(),
+    }
+    .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = shared.clone();
     let result = runtime.block_on(async move {
         match options.http {

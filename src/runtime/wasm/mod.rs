@@ -251,6 +251,9 @@ fn engine_config(pooling: bool) -> Config {
 /// Runs component tools.
 pub struct ComponentRuntime {
     cache_dir: Option<PathBuf>,
+    /// One call and exit (`warden call`): instances are allocated on demand,
+    /// not from a pool whose reservation and teardown cost more than the call.
+    one_shot: bool,
     /// wasmtime, started on first use: a `warden call` of a process tool
     /// never builds an engine, its pool or its linker (issue 22).
     started: OnceLock<Result<Started, CallError>>,
@@ -266,8 +269,8 @@ struct Started {
 }
 
 impl Started {
-    fn new(cache_dir: Option<PathBuf>) -> Result<Started, CallError> {
-        let engine = match Engine::new(&engine_config(true)) {
+    fn new(cache_dir: Option<PathBuf>, pooling: bool) -> Result<Started, CallError> {
+        let engine = match Engine::new(&engine_config(pooling)) {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!("pooling allocator unavailable ({e:#}); allocating instances on demand");
@@ -313,15 +316,28 @@ impl ComponentRuntime {
     pub fn new(cache_dir: Option<PathBuf>) -> Result<ComponentRuntime, CallError> {
         Ok(ComponentRuntime {
             cache_dir,
+            one_shot: false,
             started: OnceLock::new(),
             loaded: Mutex::default(),
             threads: CallThreads::default(),
         })
     }
 
+    /// [`ComponentRuntime::new`] for a process that makes one call and exits:
+    /// no instance pool (its reservation and teardown cost more than one call).
+    pub fn one_shot(cache_dir: Option<PathBuf>) -> ComponentRuntime {
+        ComponentRuntime {
+            cache_dir,
+            one_shot: true,
+            started: OnceLock::new(),
+            loaded: Mutex::default(),
+            threads: CallThreads::default(),
+        }
+    }
+
     /// The engine, linker and cache, started now if they were not (a failure is kept and repeated).
     fn started(&self) -> Result<&Started, CallError> {
-        self.started.get_or_init(|| Started::new(self.cache_dir.clone())).as_ref().map_err(Clone::clone)
+        self.started.get_or_init(|| Started::new(self.cache_dir.clone(), !self.one_shot)).as_ref().map_err(Clone::clone)
     }
 
     /// The interfaces a component imports (what it could ask the host for),
