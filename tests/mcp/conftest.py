@@ -62,6 +62,27 @@ net.connect = ["127.0.0.1:9"]
 """
 
 
+
+def marker(tag: str) -> str:
+    """A sleep duration unique to this test, to find its processes from the host
+    (inside the sandbox's pid namespace the pids are not the host's)."""
+    return f"300.{os.getpid()}{abs(hash(tag)) % 10000}"
+
+
+def host_pids(secs: str) -> list[int]:
+    """The host pids whose command line holds `secs` (see [`marker`])."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if secs.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
 class Warden:
     """One test's workspace, policy and audit log, and how to start warden on them."""
 

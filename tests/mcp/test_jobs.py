@@ -16,6 +16,7 @@ import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from conftest import host_pids, marker
 
 MODES = ["legacy", "2026-07-28"]
 
@@ -63,25 +64,6 @@ def jobs(warden):
 
 def text(result) -> str:
     return "".join(c.text for c in result.content if c.type == "text")
-
-
-def marker(tag: str) -> str:
-    """A sleep duration unique to this test, to find its processes from the host
-    (inside the sandbox's pid namespace the pids are not the host's)."""
-    return f"300.{os.getpid()}{abs(hash(tag)) % 10000}"
-
-
-def host_pids(secs: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if secs.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def pids_of(secs):

@@ -11,6 +11,7 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, stdio_client
 from mcp.client import Client
+from conftest import host_pids
 
 MODES = ["legacy", "2026-07-28"]
 
@@ -280,17 +281,6 @@ async def test_cancelling_a_sleeping_shell_kills_its_processes(warden, mode):
     secs = f"300.{os.getpid()}{len(mode)}"
     command = f"sleep {secs} & echo $! > pids; echo $$ >> pids; wait"
 
-    def host_pids():
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        if secs.encode() in f.read():
-                            found.append(int(entry))
-                except OSError:
-                    pass
-        return found
     async with Client(warden.stdio(), mode=mode, cache=None) as c:
         with anyio.move_on_after(30):
             async with anyio.create_task_group() as tg:
@@ -298,7 +288,7 @@ async def test_cancelling_a_sleeping_shell_kills_its_processes(warden, mode):
                 with anyio.fail_after(20):
                     while not (pidfile.exists() and len(pidfile.read_text().split()) == 2):
                         await anyio.sleep(0.05)
-                pids = host_pids()
+                pids = host_pids(secs)
                 assert len(pids) >= 2 and all(alive(p) for p in pids), pids
                 tg.cancel_scope.cancel()  # -> notifications/cancelled
         deadline = time.monotonic() + 10

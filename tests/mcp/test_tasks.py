@@ -25,6 +25,7 @@ import threading
 import time
 
 import pytest
+from conftest import host_pids, marker
 
 WARDEN = os.environ["WARDEN_BIN"]
 HERE = pathlib.Path(__file__).parent / "tasks_clients"
@@ -79,25 +80,6 @@ def clients(tmp_path_factory) -> pathlib.Path:
 def tasks(warden):
     warden.policy.write_text(POLICY)
     return warden
-
-
-def marker(tag: str) -> str:
-    """A sleep duration unique to this test, to find its processes from the host
-    (inside the sandbox's pid namespace the pids are not the host's)."""
-    return f"300.{os.getpid()}{abs(hash(tag)) % 10000}"
-
-
-def host_pids(secs: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if secs.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):
