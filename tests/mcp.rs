@@ -26,6 +26,13 @@ fn tmp() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf()
 }
 
+/// A scratch directory of this uid's own: `.ci/unprivileged` runs this suite
+/// again as an ordinary user, who can neither use nor replace root's.
+fn mine(name: &str) -> PathBuf {
+    let uid = nix::unistd::geteuid().as_raw();
+    tmp().join(if uid == 0 { name.to_string() } else { format!("{name}-{uid}") })
+}
+
 fn run(what: &str, cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e} ({cmd:?})"));
     assert!(
@@ -39,7 +46,7 @@ fn run(what: &str, cmd: &mut Command) {
 
 /// The virtualenv's python, with the SDK and pytest installed.
 fn python() -> PathBuf {
-    let venv = tmp().join("mcp-venv");
+    let venv = mine("mcp-venv");
     let py = venv.join("bin").join("python");
     let ready = py.is_file()
         && Command::new(&py)
@@ -59,7 +66,7 @@ fn python() -> PathBuf {
 /// A directory where `tests/mcp/tasks_clients` is installed (`npm ci` of its lock).
 fn tasks_clients() -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/tasks_clients");
-    let dir = tmp().join("tasks-clients");
+    let dir = mine("tasks-clients");
     let lock = std::fs::read(src.join("package-lock.json")).unwrap();
     // Installed from this very lock file, or again.
     let ready = std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock)
@@ -80,7 +87,7 @@ fn tasks_clients() -> PathBuf {
 
 /// The Inspector's CLI entry point.
 fn inspector() -> PathBuf {
-    let dir = tmp().join("inspector");
+    let dir = mine("inspector");
     let cli = dir.join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
     if !cli.is_file() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -106,7 +113,7 @@ fn python_sdk_and_inspector_end_to_end() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA"])
         .arg(&suite)
         .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
-        .env("WARDEN_CACHE_DIR", tmp().join("warden-test-cache"))
+        .env("WARDEN_CACHE_DIR", mine("warden-test-cache"))
         .env("INSPECTOR_CLI", &cli)
         .env("TASKS_CLIENTS", &tasks)
         // The warden:plugin@0.2.0 fixture (plugins/conformance) for test_rich.py.
