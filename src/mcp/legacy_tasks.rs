@@ -14,11 +14,14 @@
 //!   task-augmented call that started a job becomes `{"task": …}`.
 //!
 //! The private key and method embed 128 random bits drawn when `serve` starts,
-//! so a client cannot reach them by naming them. Responses are matched to the
-//! requests this module rewrote by id, at most [`MAX_PENDING`] at once (past
-//! that a request goes through unrewritten: a task call then runs as a
-//! background job and answers its handle, which every client can follow). A
-//! frame this module does not need is not parsed: a byte check comes first.
+//! so a client cannot reach them by naming them. A task call's answer is found
+//! by that key in its `_meta` (only [`super::server`] puts it there), never by
+//! its id, and a frame that would still show the key goes out as an internal
+//! error instead. The answers to `initialize` and `tools/list` are matched by
+//! id as rmcp reads it (`1.0` is `1`), at most [`MAX_PENDING`] at once (past
+//! that they go out unrewritten: the session then offers no 2025 tasks, and
+//! background tools still answer job handles). A frame this module does not
+//! need is not parsed: a byte check comes first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use serde_json::{Map, Value, json};
 
 /// The revision these tasks belong to.
 pub const REVISION: &str = "2025-11-25";
-/// Requests rewritten and not yet answered, at most (per session).
+/// `initialize` and `tools/list` requests noted and not yet answered, at most (per session).
 pub const MAX_PENDING: usize = 4096;
 
 /// What every session of one server shares.
