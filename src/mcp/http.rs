@@ -569,23 +569,22 @@ async fn legacy_round_trip(
     let bytes = session.inbound(&bytes).map(Bytes::from).unwrap_or(bytes);
     parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
     let response = mcp.handle(http::Request::from_parts(parts, Full::new(bytes))).await;
+    // Nothing to rewrite (no initialize, tools/list or task call): the answer
+    // goes out as rmcp streams it, progress events as they come.
+    if !session.expecting() {
+        return response;
+    }
     let kind = response.headers().get(http::header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
-    let (json, sse) = match kind.as_deref() {
-        Some(k) if k.starts_with(b"application/json") => (true, false),
-        // A call that sent progress first is answered as an event stream.
-        Some(k) if k.starts_with(b"text/event-stream") => (false, true),
+    // A call that sent progress first is answered as an event stream.
+    let sse = match kind.as_deref() {
+        Some(k) if k.starts_with(b"application/json") => false,
+        Some(k) if k.starts_with(b"text/event-stream") => true,
         _ => return response,
     };
     let (mut parts, body) = response.into_parts();
     let Ok(collected) = body.collect().await;
     let bytes = collected.to_bytes();
-    let rewritten = if json {
-        session.outbound(&bytes)
-    } else if sse {
-        rewrite_events(&mut session, &bytes)
-    } else {
-        None
-    };
+    let rewritten = if sse { rewrite_events(&mut session, &bytes) } else { session.outbound(&bytes) };
     let bytes = rewritten.map(Bytes::from).unwrap_or(bytes);
     parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
     http::Response::from_parts(parts, Full::new(bytes).boxed())

@@ -36,7 +36,10 @@ pub const MAX_PENDING: usize = 4096;
 /// What every session of one server shares.
 #[derive(Debug)]
 pub struct Legacy {
-    secret: String,
+    /// `warden/task-<secret>`: the `_meta` key a task call's `task` travels under.
+    meta_key: String,
+    /// `warden/tasks-<secret>/`: what `tasks/*` are renamed to.
+    method_prefix: String,
     background: Arc<[String]>,
 }
 
@@ -45,17 +48,22 @@ impl Legacy {
     pub fn new(background: Vec<String>) -> Result<Legacy, String> {
         let mut b = [0u8; 16];
         getrandom::fill(&mut b).map_err(|e| format!("no randomness for the tasks key: {e}"))?;
-        Ok(Legacy { secret: hex::encode(b), background: background.into() })
+        let secret = hex::encode(b);
+        Ok(Legacy {
+            meta_key: format!("warden/task-{secret}"),
+            method_prefix: format!("warden/tasks-{secret}/"),
+            background: background.into(),
+        })
     }
 
     /// The private `_meta` key a task-augmented `tools/call` carries its `task` in.
-    pub fn meta_key(&self) -> String {
-        format!("warden/task-{}", self.secret)
+    pub fn meta_key(&self) -> &str {
+        &self.meta_key
     }
 
     /// The private method prefix `tasks/*` are renamed to.
-    pub fn method_prefix(&self) -> String {
-        format!("warden/tasks-{}/", self.secret)
+    pub fn method_prefix(&self) -> &str {
+        &self.method_prefix
     }
 }
 
@@ -73,6 +81,9 @@ pub struct Session {
     /// The session speaks 2025-11-25 (its `initialize`, or its HTTP header).
     legacy: bool,
     pending: HashMap<String, Pending>,
+    /// A task call went in: an answer may carry the private key. Until then no
+    /// answer can (only a rewritten call puts it in `_meta`), and none is scanned.
+    tasks_seen: bool,
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -89,7 +100,7 @@ fn id_key(id: &Value) -> Option<String> {
 impl Session {
     /// A session; `legacy` when the transport already knows it speaks 2025-11-25.
     pub fn new(shared: Arc<Legacy>, legacy: bool) -> Session {
-        Session { shared, legacy, pending: HashMap::new() }
+        Session { shared, legacy, pending: HashMap::new(), tasks_seen: false }
     }
 
     /// A frame from the client, rewritten if it needs to be (`None`: pass it as it is).
@@ -115,7 +126,8 @@ impl Session {
                 let params = o.get_mut("params").and_then(Value::as_object_mut)?;
                 if let Some(task) = params.remove("task") {
                     let meta = params.entry("_meta").or_insert_with(|| json!({}));
-                    meta.as_object_mut()?.insert(self.shared.meta_key(), task);
+                    meta.as_object_mut()?.insert(self.shared.meta_key.clone(), task);
+                    self.tasks_seen = true;
                     changed = true;
                 }
             }
@@ -125,7 +137,7 @@ impl Session {
                 && matches!(m, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel") =>
             {
                 let verb = &m["tasks/".len()..];
-                o.insert("method".into(), json!(format!("{}{verb}", self.shared.method_prefix())));
+                o.insert("method".into(), json!(format!("{}{verb}", self.shared.method_prefix)));
                 changed = true;
             }
             _ => {}
@@ -141,10 +153,16 @@ impl Session {
         }
     }
 
-    /// Whether a response may need rewriting: a request was noted, or a task
-    /// call's answer carries the private key.
+    /// Whether answers may need rewriting at all: a request was noted, or a
+    /// task call went in. Otherwise they pass unread (and over HTTP, unbuffered).
+    pub fn expecting(&self) -> bool {
+        !self.pending.is_empty() || self.tasks_seen
+    }
+
+    /// Whether this answer may need rewriting: a request was noted, or it
+    /// carries the private key.
     pub fn waiting(&self, frame: &[u8]) -> bool {
-        !self.pending.is_empty() || contains(frame, self.shared.meta_key().as_bytes())
+        !self.pending.is_empty() || (self.tasks_seen && contains(frame, self.shared.meta_key.as_bytes()))
     }
 
     /// A frame from rmcp, rewritten if it answers a request noted on the way in,
@@ -156,7 +174,8 @@ impl Session {
     /// holds the key after this (which nothing should produce) is replaced by an
     /// internal error, so the secret never reaches the client.
     pub fn outbound(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
-        let key = self.shared.meta_key();
+        let shared = self.shared.clone();
+        let key = shared.meta_key.as_str();
         let secret = contains(frame, key.as_bytes());
         if self.pending.is_empty() && !secret {
             return None;
@@ -164,7 +183,7 @@ impl Session {
         let Ok(mut msg) = serde_json::from_slice::<Value>(frame) else {
             return secret.then(|| withheld(&Value::Null));
         };
-        let rewritten = self.rewrite(&mut msg, &key);
+        let rewritten = self.rewrite(&mut msg, key);
         match serde_json::to_vec(&msg) {
             Ok(out) if contains(&out, key.as_bytes()) => Some(withheld(msg.get("id").unwrap_or(&Value::Null))),
             Ok(out) if rewritten => Some(out),
@@ -283,7 +302,7 @@ mod tests {
     fn a_task_call_is_carried_in_private_meta_and_answered_as_a_task() {
         let mut s = session();
         init(&mut s, REVISION);
-        let key = s.shared.meta_key();
+        let key = s.shared.meta_key().to_string();
         let call = br#"{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"bg","task":{"ttl":5000}}}"#;
         let v: Value = serde_json::from_slice(&s.inbound(call).unwrap()).unwrap();
         assert!(v["params"].get("task").is_none());
@@ -298,7 +317,7 @@ mod tests {
     fn a_task_answer_is_found_by_its_key_whatever_the_id_spelling() {
         let mut s = session();
         init(&mut s, REVISION);
-        let key = s.shared.meta_key();
+        let key = s.shared.meta_key().to_string();
         let call = br#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"bg","task":{}}}"#;
         assert!(s.inbound(call).is_some());
         // rmcp answers id 1.0 as 1.
@@ -313,7 +332,16 @@ mod tests {
     #[test]
     fn a_frame_that_would_show_the_key_is_withheld() {
         let mut s = session();
-        let key = s.shared.meta_key();
+        init(&mut s, REVISION);
+        let answer = json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion": REVISION}}).to_string();
+        assert!(s.outbound(answer.as_bytes()).is_some());
+        let key = s.shared.meta_key().to_string();
+        let plain = json!({"jsonrpc":"2.0","id":6,"result":{"content":[]}}).to_string();
+        // Before any task call no answer can hold the key: none is scanned.
+        assert!(!s.expecting() && !s.waiting(plain.as_bytes()));
+        let call = br#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"bg","task":{}}}"#;
+        assert!(s.inbound(call).is_some());
+        assert!(s.expecting());
         for frame in [
             json!({"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text": key.clone()}]}}).to_string(),
             format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"x":"{key}""#),

@@ -147,22 +147,22 @@ impl WardenServer {
     /// The answer to a call that started a job: a task for a client that asked
     /// for one, else the job handle.
     fn started(&self, handle: Value, legacy: bool, modern: bool) -> Result<CallToolResponse, McpError> {
-        let jobs = self.jobs()?;
+        if !legacy && !modern {
+            return Ok(jobs::handle_result(handle).into());
+        }
         let id = handle.get("job").and_then(Value::as_str).unwrap_or_default();
-        if let Some(l) = self.shared.legacy.as_ref().filter(|_| legacy) {
-            let view = jobs.view(&self.owner, id).map_err(|e| tasks::not_found(&e, id))?;
-            // [`super::legacy_tasks`] turns this into `{"task": …}` on its way out.
-            let mut r = jobs::handle_result(tasks::legacy_task(&view));
-            let mut meta = JsonObject::new();
-            meta.insert(l.meta_key(), Value::Bool(true));
-            r.meta = Some(meta.into());
-            return Ok(r.into());
+        let view = self.jobs()?.view(&self.owner, id).map_err(|e| tasks::not_found(&e, id))?;
+        match self.shared.legacy.as_ref().filter(|_| legacy) {
+            Some(l) => {
+                // [`super::legacy_tasks`] turns this into `{"task": …}` on its way out.
+                let mut r = jobs::handle_result(tasks::legacy_task(&view));
+                let mut meta = JsonObject::new();
+                meta.insert(l.meta_key().to_string(), Value::Bool(true));
+                r.meta = Some(meta.into());
+                Ok(r.into())
+            }
+            None => Ok(CallToolResponse::Task(tasks::created(&view))),
         }
-        if modern {
-            let view = jobs.view(&self.owner, id).map_err(|e| tasks::not_found(&e, id))?;
-            return Ok(CallToolResponse::Task(tasks::created(&view)));
-        }
-        Ok(jobs::handle_result(handle).into())
     }
 }
 
@@ -273,14 +273,8 @@ impl ServerHandler for WardenServer {
         request: CancelTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let jobs = self.jobs()?.clone();
-        let (owner, id) = (self.owner.clone(), request.task_id.clone());
-        // The same teardown as job_cancel (bounded wait for the end record); a task
-        // that already ended stays as it ended.
-        tokio::task::spawn_blocking(move || jobs.cancel(&owner, &id).map(|_| ()))
-            .await
-            .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
-            .map_err(|e| tasks::not_found(&e, &request.task_id))
+        // A task that already ended stays as it ended: the ack is the same.
+        tasks::cancel(self.jobs()?, &self.owner, &request.task_id).await.map(|_| ())
     }
 
     async fn update_task(
@@ -304,7 +298,7 @@ impl ServerHandler for WardenServer {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
-        let verb = self.shared.legacy.as_ref().and_then(|l| request.method.strip_prefix(&l.method_prefix()));
+        let verb = self.shared.legacy.as_ref().and_then(|l| request.method.strip_prefix(l.method_prefix()));
         match (verb, &self.shared.jobs) {
             (Some(verb), Some(jobs)) => {
                 tasks::legacy_request(jobs, &self.owner, verb, request.params).await.map(CustomResult::new)
@@ -326,7 +320,7 @@ impl ServerHandler for WardenServer {
         let name = request.name.to_string();
         // Run as a task? (2025-11-25: `params.task`, carried in private `_meta`;
         // 2026-07-28: the client declared the extension.) Only background tools do.
-        let legacy_task = shared.legacy.as_ref().is_some_and(|l| context.meta.get(&l.meta_key()).is_some());
+        let legacy_task = shared.legacy.as_ref().is_some_and(|l| context.meta.get(l.meta_key()).is_some());
         let modern_task = context.client_capabilities().is_some_and(|c| c.supports_tasks());
         if legacy_task && !shared.executor.is_background(&name) {
             return Err(McpError::new(

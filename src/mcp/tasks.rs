@@ -132,6 +132,16 @@ fn task_id(params: &Option<Value>) -> Result<&str, McpError> {
     })
 }
 
+/// Tears a task's sandbox down (the same teardown as `job_cancel`, waiting,
+/// bounded, for the end record) and shows it then; both generations' cancel.
+pub async fn cancel(jobs: &std::sync::Arc<Jobs>, owner: &str, id: &str) -> Result<TaskView, McpError> {
+    let (jobs, owner_s, id_s) = (jobs.clone(), owner.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || jobs.cancel(&owner_s, &id_s).and_then(|_| jobs.view(&owner_s, &id_s)))
+        .await
+        .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
+        .map_err(|e| not_found(&e, id))
+}
+
 /// Answers a 2025-11-25 `tasks/*` request (`method` without its prefix:
 /// `get`, `result`, `list`, `cancel`) for `owner`.
 pub async fn legacy_request(
@@ -194,14 +204,7 @@ pub async fn legacy_request(
                     Some(json!({ "taskId": id, "status": legacy_status(&v) })),
                 ));
             }
-            // The same teardown as job_cancel, waiting (bounded) for the end record.
-            let (jobs, owner_s, id_s) = (jobs.clone(), owner.to_string(), id.to_string());
-            let v =
-                tokio::task::spawn_blocking(move || jobs.cancel(&owner_s, &id_s).map(|_| jobs.view(&owner_s, &id_s)))
-                    .await
-                    .map_err(|e| McpError::internal_error(format!("the cancel's thread failed: {e}"), None))?
-                    .and_then(|r| r)
-                    .map_err(|e| not_found(&e, id))?;
+            let v = cancel(jobs, owner, id).await?;
             // It ended on its own while the cancel arrived: as for a task that had already ended.
             match legacy_status(&v) {
                 "cancelled" | "working" => Ok(legacy_task(&v)),

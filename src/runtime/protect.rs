@@ -489,9 +489,12 @@ fn fs_kind(path: &Path) -> Option<FileKind> {
     // count as a real directory that nobody holds (found by the load test run
     // unprivileged, 3 calls in 5,000).
     if m.is_dir() && m.nlink() == 2 {
-        use rustix::fs::{Mode, OFlags};
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        // The path is the tool's to change: no link anywhere on it is followed (as
+        // in `Placeholders::acquire`), and `O_DIRECTORY` never opens a FIFO or device.
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::open(path, flags, Mode::empty()) {
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve) {
             Err(rustix::io::Errno::NOENT) => return None,
             Ok(fd) if is_placeholder(&fd) => return None,
             // A real directory, or one warden cannot open: it is covered as it is.
