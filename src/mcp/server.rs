@@ -66,6 +66,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The audit log the calls are recorded in.
+    pub fn audit_log(&self) -> &crate::audit::AuditLog {
+        self.executor.audit_log()
+    }
+
     /// Shares `executor`; with `approver_only` (an explicit `--approve yes|deny`)
     /// the executor's own approver answers and the client is never asked.
     pub fn new(executor: Executor, sealer: Sealer, approver_only: bool) -> Result<Shared, String> {
