@@ -27,20 +27,21 @@
 //! free-space check ([`MIN_FREE_BYTES`]) stands.
 //!
 //! A long-lived writer (`serve`) grows the log in chunks of blank fill instead
-//! ([`AuditLog::grow_in_chunks`]): spaces written past the last line, so that a
-//! record is written *over* blocks already allocated and written, the file's
-//! size does not change, and its `fdatasync` commits data only, not the inode
-//! (a third less on ext4 here). Every writer therefore writes at the log's
+//! ([`AuditLog::grow_in_chunks`]): zero bytes written past the last line, so
+//! that a record is written *over* blocks already allocated and written, the
+//! file's size does not change, and its `fdatasync` commits data only, not the
+//! inode (a third less on ext4 here). Every writer therefore writes at the log's
 //! *logical end*, the byte after the last newline before the fill, found from
 //! the content and never from the size; the fill doubles as the reservation
 //! above. The last warden to close the log cuts the fill off again (each holds
 //! a shared OFD lock on a byte far past the end while it has the log open, and
 //! only one that can take it exclusively cuts), so a log at rest is plain JSON
 //! lines. `log verify` and `log stats` stop at the fill; a crash leaves it in
-//! place for the next writer, which recovers the end from the content. A line
-//! that starts with fill is a record torn by a crash mid-overwrite (a later
-//! page reached the disk, an earlier one did not): it is moved aside like a
-//! torn tail.
+//! place for the next writer, which recovers the end from the content. A record
+//! never holds a zero byte, so a line that does is one a crash tore mid-overwrite
+//! (some of its pages reached the disk, others did not): it is moved aside like
+//! a torn tail, as are all such lines at the end. Only on ext4, XFS and tmpfs,
+//! which overwrite in place and keep `flock` and OFD locks apart.
 
 #![forbid(unsafe_code)]
 
@@ -165,6 +166,9 @@ struct Head {
     len: u64,
     seq: u64,
     prev: String,
+    /// The file's size when this head was current: a writer that grew the
+    /// file (a warden older than the fill) changed it.
+    size: u64,
 }
 
 /// What the writers of one log share, behind its mutex.
@@ -209,14 +213,27 @@ struct Commit {
 pub struct AuditLog {
     path: PathBuf,
     file: File,
+    /// The log's file system suits blank fill ([`fill_supported`]).
+    fill: bool,
     commit: Mutex<Commit>,
     synced: Condvar,
 }
 
-/// The bytes that make up a log's blank fill: spaces as written, zeros where a
-/// crash lost a fill write on a file system that shows unwritten blocks as zeros.
+/// The log's blank fill: zero bytes. A record never holds one (JSON escapes
+/// control characters), so a zero inside a line is a part of an overwrite that
+/// a crash kept from the disk, whether the block still held fill or was never
+/// written (a file system shows those as zeros).
 fn is_fill(b: u8) -> bool {
-    b == b' ' || b == 0
+    b == 0
+}
+
+/// Whether the log's file system overwrites written blocks in place (so an
+/// overwrite of fill cannot fail for want of space) and keeps `flock`s and OFD
+/// locks apart (NFS and SMB emulate `flock` with byte-range locks): ext4, XFS
+/// and tmpfs. Elsewhere the log is never grown in chunks.
+fn fill_supported(file: &File) -> bool {
+    use nix::sys::statfs::{EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC, fstatfs};
+    fstatfs(file).is_ok_and(|fs| [EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, TMPFS_MAGIC].contains(&fs.filesystem_type()))
 }
 
 /// How much fill a writer that grows in chunks adds at a time (about 1,500 records).
@@ -313,8 +330,11 @@ impl AuditLog {
         }
         // Not O_APPEND: a record goes at the logical end, which may lie inside the fill.
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
-        presence(&file, libc::F_RDLCK as i16, libc::F_OFD_SETLKW)?;
-        Ok(AuditLog { path: path.to_path_buf(), file, commit: Mutex::default(), synced: Condvar::new() })
+        let fill = fill_supported(&file);
+        if fill {
+            presence(&file, libc::F_RDLCK as i16, libc::F_OFD_SETLKW)?;
+        }
+        Ok(AuditLog { path: path.to_path_buf(), file, fill, commit: Mutex::default(), synced: Condvar::new() })
     }
 
     /// Grows the log in chunks of `bytes` of blank fill from now on, so that
@@ -322,7 +342,16 @@ impl AuditLog {
     /// data only (see the module's documentation). For a long-lived writer:
     /// each growth is written and synced once, and [`AuditLog::close`] cuts
     /// what is left.
+    /// On a file system other than ext4, XFS or tmpfs the log keeps growing
+    /// line by line (see [`fill_supported`]), and warden says so at debug level.
     pub fn grow_in_chunks(&self, bytes: u64) {
+        if !self.fill {
+            tracing::debug!(
+                "audit log {}: its file system is not ext4, XFS or tmpfs, so it grows line by line",
+                self.path.display()
+            );
+            return;
+        }
         self.lock().growth = bytes;
     }
 
@@ -333,29 +362,38 @@ impl AuditLog {
     pub fn close(&self) {
         let mut commit = self.lock();
         commit.growth = 0;
-        if commit.closed || commit.failed.is_some() {
+        if !self.fill || commit.closed || commit.failed.is_some() {
             return;
         }
         commit.closed = true;
-        // Alone: no other open file description holds the shared presence lock.
-        if presence(&self.file, libc::F_WRLCK as i16, libc::F_OFD_SETLK).is_err() {
-            return;
-        }
         let cut = (|| {
             self.file.lock()?;
-            let cut = len_of(&self.file).and_then(|size| {
-                let head = self.head(&mut commit, size)?;
-                if head.len < size {
-                    self.file.set_len(head.len)?;
-                }
-                commit.head = Some(head);
+            // Leaving: let go of this process's presence first, so that of two
+            // closers the second finds the first gone. Alone if no other open
+            // file description holds it.
+            let alone = presence(&self.file, libc::F_UNLCK as i16, libc::F_OFD_SETLK)
+                .and_then(|()| presence(&self.file, libc::F_WRLCK as i16, libc::F_OFD_SETLK))
+                .is_ok();
+            let cut = if alone {
+                len_of(&self.file).and_then(|size| {
+                    let mut head = self.head(&mut commit, size)?;
+                    if head.len < size {
+                        self.file.set_len(head.len)?;
+                        head.size = head.len;
+                        // A call still in flight (one that outlived `serve`) keeps its reservation.
+                        let want = commit.reserved.len() * MAX_RECORD_BYTES;
+                        self.preallocate(&mut commit, head.len, want)?;
+                    }
+                    commit.head = Some(head);
+                    Ok(())
+                })
+            } else {
                 Ok(())
-            });
+            };
+            let _ = presence(&self.file, libc::F_UNLCK as i16, libc::F_OFD_SETLK);
             self.file.unlock()?;
             cut
         })();
-        // Back to shared: a later append in this process is still "present".
-        let _ = presence(&self.file, libc::F_RDLCK as i16, libc::F_OFD_SETLK);
         if let Err(e) = cut {
             tracing::warn!("audit log {}: its blank fill could not be cut off: {e}", self.path.display());
         }
@@ -423,11 +461,14 @@ impl AuditLog {
         // The flock makes the end found here the end the reservation starts from.
         self.file.lock()?;
         let reserved = len_of(&self.file).and_then(|size| {
-            let head = self.head(&mut commit, size)?;
+            let mut head = self.head(&mut commit, size)?;
             let want = (commit.reserved.len() * MAX_RECORD_BYTES) as u64;
             let room = self.room(&mut commit, head.len, size, want);
+            if let Ok(grown) = room {
+                head.size = grown;
+            }
             commit.head = Some(head);
-            room
+            room.map(drop)
         });
         let unlocked = self.file.unlock();
         if let Err(e) = reserved.and(unlocked) {
@@ -451,19 +492,22 @@ impl AuditLog {
             return Ok(size);
         }
         let chunk = end + want.max(commit.growth);
+        if self.fill(size, chunk).is_ok() {
+            return Ok(chunk);
+        }
         // A file system too full for a chunk may still have room for what is wanted.
-        self.fill(size, chunk).or_else(|_| self.fill(size, end + want)).map_err(|e| {
-            std::io::Error::new(
+        match self.fill(size, end + want) {
+            Ok(()) => Ok((end + want).max(len_of(&self.file)?)),
+            Err(e) => Err(std::io::Error::new(
                 e.kind(),
                 format!("cannot reserve {want} bytes for the record(s) of the calls in flight: {e}"),
-            )
-        })?;
-        Ok(chunk.max(size))
+            )),
+        }
     }
 
     /// Writes blank fill over `[from, to)`.
     fn fill(&self, from: u64, to: u64) -> std::io::Result<()> {
-        static BLANK: [u8; 64 << 10] = [b' '; 64 << 10];
+        static BLANK: [u8; 64 << 10] = [0; 64 << 10];
         let mut at = from;
         while at < to {
             let n = (to - at).min(BLANK.len() as u64) as usize;
@@ -480,7 +524,7 @@ impl AuditLog {
     fn head(&self, commit: &mut Commit, size: u64) -> std::io::Result<Head> {
         if let Some(h) = commit.head.take() {
             let mut b = [0u8; 1];
-            if h.len == size || (h.len < size && self.file.read_at(&mut b, h.len)? == 1 && is_fill(b[0])) {
+            if h.size == size && (h.len == size || (self.file.read_at(&mut b, h.len)? == 1 && is_fill(b[0]))) {
                 return Ok(h);
             }
         }
@@ -616,7 +660,8 @@ impl AuditLog {
             }
             return Err(std::io::Error::new(e.kind(), format!("{e} ({outcome})")));
         }
-        commit.head = Some(Head { len: start + line.len() as u64, seq, prev });
+        let len = start + line.len() as u64;
+        commit.head = Some(Head { len, seq, prev, size: size.max(len) });
         Ok(())
     }
 
@@ -643,45 +688,62 @@ impl AuditLog {
         Ok(0)
     }
 
-    /// Finds the last complete line before the fill (moving a torn one aside first).
+    /// Finds the last complete line before the fill, moving torn ones aside first.
     fn read_head(&self, size: u64) -> std::io::Result<Head> {
-        let len = self.content_end(size)?;
-        if len == 0 {
-            return Ok(Head { len, seq: 0, prev: GENESIS.into() });
+        let genesis = |len| Head { len, seq: 0, prev: GENESIS.into(), size };
+        let end = self.content_end(size)?;
+        if end == 0 {
+            return Ok(genesis(0));
         }
-        let start = len.saturating_sub(TAIL_WINDOW);
-        let mut tail = vec![0u8; (len - start) as usize];
+        let start = end.saturating_sub(TAIL_WINDOW);
+        let mut tail = vec![0u8; (end - start) as usize];
         self.file.read_exact_at(&mut tail, start)?;
-        // The last line, its newline excluded; torn if it has none, or if it
-        // starts with fill (an overwrite of which only a later page reached the disk).
-        let ends = tail.last() == Some(&b'\n');
-        let body = if ends { tail.len() - 1 } else { tail.len() };
-        let from = tail[..body].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        if from == 0 && start > 0 {
-            return Err(std::io::Error::other("the last audit record is longer than 1 MiB"));
+        // Torn lines at the end: one without its newline (a crash mid-append),
+        // or one holding fill (an overwrite of which a crash kept some pages
+        // from the disk; the lines of one group commit can all be such).
+        let mut keep = tail.len();
+        while keep > 0 {
+            let line = &tail[..keep];
+            let ends = line.last() == Some(&b'\n');
+            let from = line[..keep - usize::from(ends)].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            if ends && !line[from..].iter().copied().any(is_fill) {
+                break;
+            }
+            if from == 0 && start > 0 {
+                return Err(std::io::Error::other("the last audit record is longer than 1 MiB"));
+            }
+            keep = from;
         }
-        let mut len = len;
-        if !ends || tail.get(from).copied().is_some_and(is_fill) {
-            let torn = tail.split_off(from);
+        let mut len = end;
+        if keep < tail.len() {
+            let torn = tail.split_off(keep);
             let aside = self.path.with_extension("jsonl.torn");
             let mut t = OpenOptions::new().append(true).create(true).mode(0o600).open(&aside)?;
-            t.write_all(&torn)?;
-            if torn.last() != Some(&b'\n') {
-                t.write_all(b"\n")?;
+            for part in torn.split_inclusive(|&b| b == b'\n') {
+                // Its fill shown as spaces, so the file stays text.
+                let part: Vec<u8> = part.iter().map(|&b| if is_fill(b) { b' ' } else { b }).collect();
+                t.write_all(&part)?;
+                if part.last() != Some(&b'\n') {
+                    t.write_all(b"\n")?;
+                }
             }
             t.sync_data()?;
-            let cut = start + from as u64;
-            // Blanked, not cut: the reservations and fill past it stay.
+            let cut = start + keep as u64;
+            // Blanked, not cut (the reservations and fill past it stay), and
+            // durably so before a new line goes over it: a lost page of that
+            // line must read as fill, not as the torn bytes.
             self.fill(cut, len)?;
+            self.file.sync_data()?;
             len = cut;
             tracing::warn!(
-                "audit log {}: moved a torn last line ({} bytes, a crash mid-write) to {}",
+                "audit log {}: moved {} torn last line(s) ({} bytes, a crash mid-write) to {}",
                 self.path.display(),
+                torn.split_inclusive(|&b| b == b'\n').count(),
                 torn.len(),
                 aside.display()
             );
             if len == 0 {
-                return Ok(Head { len, seq: 0, prev: GENESIS.into() });
+                return Ok(genesis(0));
             }
         }
         let body = &tail[..tail.len() - 1];
@@ -694,7 +756,7 @@ impl AuditLog {
             .ok()
             .and_then(|v| v.get("seq").and_then(Value::as_u64))
             .ok_or_else(|| std::io::Error::other("the last audit record is not a warden record (no seq)"))?;
-        Ok(Head { len, seq, prev: sha256_hex(last) })
+        Ok(Head { len, seq, prev: sha256_hex(last), size })
     }
 }
 
@@ -820,13 +882,14 @@ pub fn verify(path: &Path) -> std::io::Result<Verification> {
     data.truncate(data.iter().rposition(|&b| !is_fill(b)).map_or(0, |i| i + 1));
     let mut v = Verification { records: 0, torn_line: None, problem: None, head: GENESIS.into() };
     let mut expected_seq: Option<u64> = None;
-    let count = data.split_inclusive(|&b| b == b'\n').count();
-    let lines = data.split_inclusive(|&b| b == b'\n').enumerate();
-    for (i, raw) in lines {
+    let lines: Vec<&[u8]> = data.split_inclusive(|&b| b == b'\n').collect();
+    // Torn lines at the end (as the next writer finds them): without a newline,
+    // or holding fill, parts of an overwrite that a crash kept from the disk.
+    let torn = |raw: &[u8]| raw.last() != Some(&b'\n') || raw.iter().copied().any(is_fill);
+    let whole = lines.len() - lines.iter().rev().take_while(|raw| torn(raw)).count();
+    for (i, raw) in lines.iter().enumerate() {
         let n = i as u64 + 1;
-        // Torn: no newline, or (the last line only) starting with fill, an
-        // overwrite of which only a later page reached the disk.
-        if raw.last() != Some(&b'\n') || (i + 1 == count && raw.first().copied().is_some_and(is_fill)) {
+        if i >= whole {
             v.torn_line = Some(n);
             break;
         }
@@ -1050,7 +1113,7 @@ mod tests {
         serve.check_writable().unwrap_or_else(|e| panic!("{e}"));
         let grown = size(&path);
         assert!(grown >= 256 << 10, "the first reservation grows the log by a chunk: {grown}");
-        assert!(fs::read(&path).unwrap_or_default().iter().all(|&b| b == b' '), "all blank fill");
+        assert!(fs::read(&path).unwrap_or_default().iter().all(|&b| b == 0), "all blank fill");
         for i in 0..3 {
             serve.check_writable().unwrap_or_else(|e| panic!("{e}"));
             serve.append(&record(&format!("s{i}"))).unwrap_or_else(|e| panic!("{e}"));
@@ -1082,28 +1145,50 @@ mod tests {
         assert_eq!(verify(&path).map(|v| (v.records, v.problem)).ok(), Some((6, None)));
     }
 
-    #[test]
-    fn a_record_torn_mid_overwrite_is_moved_aside_and_zeros_count_as_fill() {
-        let (_d, path) = log_with(2);
+    /// What a server that crashed mid-sync leaves: its fill (never cut), with
+    /// `crash` written over it after the last durable line.
+    fn crashed_with(crash: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let (d, path) = log_with(2);
         let end = size(&path);
-        // What a server that crashed leaves: its fill (never cut), in which a
-        // line was being overwritten when the machine went down: the line's
-        // second page reached the disk, its first did not (still fill); and a
-        // fill write lost on a file system that shows unwritten blocks as zeros.
         let f = OpenOptions::new().write(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
-        f.write_all_at(&[b' '; 64 << 10], end).unwrap_or_else(|e| panic!("{e}"));
-        f.write_all_at(b"call_id\":\"c-1\"}\n", end + 100).unwrap_or_else(|e| panic!("{e}"));
-        f.write_all_at(&[0u8; 4096], end + 8192).unwrap_or_else(|e| panic!("{e}"));
-        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((v.records, v.torn_line, v.problem), (2, Some(3), None));
-        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
-        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((v.records, v.torn_line, v.problem), (3, None, None));
-        let aside = fs::read_to_string(path.with_extension("jsonl.torn")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(aside.trim_start().starts_with("call_id"), "{aside:?}");
-        drop(log);
-        assert_eq!(size(&path), content(&path).len() as u64, "the fill is cut when the last writer closes");
+        f.write_all_at(&[0u8; 64 << 10], end).unwrap_or_else(|e| panic!("{e}"));
+        f.write_all_at(crash, end).unwrap_or_else(|e| panic!("{e}"));
+        (d, path)
+    }
+
+    #[test]
+    fn records_torn_mid_overwrite_are_moved_aside_whichever_pages_were_lost() {
+        let page = |c: u8| vec![c; 4096];
+        let line = |parts: &[Vec<u8>]| {
+            let mut l = b"{\"seq\":3,\"prev\":\"x\",\"args\":\"".to_vec();
+            parts.iter().for_each(|p| l.extend_from_slice(p));
+            l.extend_from_slice(b"\"}\n");
+            l
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            // The line's second page reached the disk, its first did not (still fill).
+            ("a lost first page", [vec![0u8; 100], b"call_id\":\"c-1\"}\n".to_vec()].concat()),
+            // A lost middle page inside a string: the line parses, its seq and prev intact.
+            ("a lost middle page", line(&[page(b'a'), page(0), page(b'a')])),
+            // Two lines of one group commit, only the page they share on disk.
+            (
+                "two lines, one page kept",
+                [vec![0u8; 3000], b"tail of one\"}\n{\"ts\":\"start of the next".to_vec()].concat(),
+            ),
+        ];
+        for (what, crash) in cases {
+            let (_d, path) = crashed_with(&crash);
+            let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((v.records, v.torn_line.is_some(), v.problem), (2, true, None), "{what}");
+            let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
+            log.append(&record("after")).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((v.records, v.torn_line, v.problem), (3, None, None), "{what}");
+            let aside = fs::read(path.with_extension("jsonl.torn")).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!aside.contains(&0) && aside.ends_with(b"\n"), "{what}: moved aside as text");
+            drop(log);
+            assert_eq!(size(&path), content(&path).len() as u64, "{what}: the fill is cut when the last writer closes");
+        }
     }
 
     #[test]

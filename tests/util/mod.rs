@@ -114,7 +114,7 @@ impl Env {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
-            // A server killed mid-session leaves the log's blank fill (spaces) after the last line.
+            // A server killed mid-session leaves the log's blank fill (zero bytes) after the last line.
             .filter(|l| !l.trim_matches([' ', '\0']).is_empty())
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
