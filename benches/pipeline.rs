@@ -345,8 +345,10 @@ fn main() {
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
     let policy = Policy::embedded_default(&ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    // As `serve` keeps it: records overwrite blank fill (the better floor).
+    // As `serve` keeps it: records overwrite blank fill (the better floor),
+    // and calls that follow one another share the placeholders.
     log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
+    warden::runtime::placeholders::linger(warden::runtime::placeholders::SERVE_LINGER);
     let warden_bin = env!("CARGO_BIN_EXE_warden");
     let exec = Executor::new(
         policy,
@@ -367,6 +369,10 @@ fn main() {
     // for a profiler (`perf record -g --call-graph dwarf`); no table.
     if let Ok(what) = std::env::var("WARDEN_BENCH_PROFILE") {
         let seconds: u64 = std::env::var("WARDEN_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+        // `WARDEN_BENCH_LINGER=0`: placeholders made and removed by each call, as `warden call` does.
+        if std::env::var("WARDEN_BENCH_LINGER").as_deref() == Ok("0") {
+            warden::runtime::placeholders::release_idle();
+        }
         for _ in 0..200 {
             call();
         }

@@ -75,6 +75,8 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     // A server writes many records: they overwrite blank fill, so each
     // fdatasync commits data only (cut off again when the log is closed).
     executor.audit_log().grow_in_chunks(crate::audit::GROWTH_CHUNK);
+    // Calls that follow one another share the protected paths' placeholders.
+    crate::runtime::placeholders::linger(crate::runtime::placeholders::SERVE_LINGER);
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
     let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
     // One stdio client needs no worker pool: every hop of a frame (the gate,
@@ -99,6 +101,7 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     runtime.shutdown_timeout(Duration::from_secs(5));
     // The fill is cut off now, not when the last straggling call lets go of the log.
     shared.audit_log().close();
+    crate::runtime::placeholders::release_idle();
     result
 }
 

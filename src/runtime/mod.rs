@@ -6,6 +6,7 @@
 //! Nothing here decides whether a call may run; the executor did that already.
 
 pub mod capture;
+pub mod placeholders;
 pub mod process;
 pub mod progress;
 pub mod protect;

@@ -44,7 +44,7 @@ pub enum Kind {
     /// A single file.
     File,
     /// Does not exist: nothing may be created there (a process call covers it
-    /// with an empty directory for its duration: [`Placeholders`]).
+    /// with an empty directory for its duration: [`super::placeholders::Placeholders`]).
     Absent,
 }
 
@@ -478,7 +478,7 @@ enum FileKind {
 }
 
 /// What is at `path`, not following a final link; a placeholder of another
-/// call ([`Placeholders`]) counts as nothing.
+/// call ([`super::placeholders::Placeholders`]) counts as nothing.
 fn fs_kind(path: &Path) -> Option<FileKind> {
     let m = std::fs::symlink_metadata(path).ok()?;
     // A placeholder, or one that its last holder removed since the stat (the
@@ -491,12 +491,12 @@ fn fs_kind(path: &Path) -> Option<FileKind> {
     if m.is_dir() && m.nlink() == 2 {
         use rustix::fs::{Mode, OFlags, ResolveFlags};
         // The path is the tool's to change: no link anywhere on it is followed (as
-        // in `Placeholders::acquire`), and `O_DIRECTORY` never opens a FIFO or device.
+        // in `placeholders::Placeholders::acquire`), and `O_DIRECTORY` never opens a FIFO or device.
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve) {
             Err(rustix::io::Errno::NOENT) => return None,
-            Ok(fd) if is_placeholder(&fd) => return None,
+            Ok(fd) if super::placeholders::is_placeholder(&fd) => return None,
             // A real directory, or one warden cannot open: it is covered as it is.
             _ => {}
         }
@@ -685,152 +685,6 @@ impl Protection {
             lines.push(format!("{key}: {}", p.pattern));
         }
         lines
-    }
-}
-
-/// The empty directories a process call mounts over its absent protected and
-/// denied paths, so there is something to bind read-only (a mount needs a
-/// target; nothing else stops a file from being created under a name).
-/// Each is created on the host for the call's duration, marked with the
-/// extended attribute [`PLACEHOLDER_XATTR`], held with a shared `flock` by
-/// every call that mounts it, and removed (only if still empty) by the last
-/// one to let go: a call never removes one another call still covers (which
-/// would detach that call's mount).
-#[derive(Debug, Default)]
-pub struct Placeholders {
-    /// Each placeholder: its directory, its parent (it is removed through the
-    /// parent's descriptor, never by a path a tool could have redirected) and
-    /// its name there.
-    held: Vec<(std::os::fd::OwnedFd, std::os::fd::OwnedFd, std::ffi::OsString)>,
-}
-
-/// Serialises [`Placeholders::acquire`] and its drop within one warden process
-/// (a `serve` runs many calls at once).
-static PLACEHOLDERS_OF_THIS_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Marks a directory as a warden placeholder.
-pub const PLACEHOLDER_XATTR: &str = "user.warden.placeholder";
-
-impl Placeholders {
-    /// Makes every [`Kind::Absent`] rule's path exist as an empty directory and holds it.
-    pub fn acquire(rules: &[PathRule]) -> Result<Placeholders, String> {
-        use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, openat2};
-        let mut out = Placeholders::default();
-        // Calls of this process take and let go of placeholders one at a time
-        // (flock orders them against other processes).
-        let _one_at_a_time = PLACEHOLDERS_OF_THIS_PROCESS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for rule in rules.iter().filter(|r| r.kind == Kind::Absent) {
-            let (Some(parent), Some(name)) = (rule.path.parent(), rule.path.file_name()) else { continue };
-            let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-            let dir = match openat2(
-                rustix::fs::CWD,
-                parent,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-                resolve,
-            ) {
-                Ok(d) => d,
-                // Its parent is absent too: a placeholder would need a tree; the
-                // runtime refuses the rule (or covers the nearest existing name).
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => {
-                    return Err(format!("cannot open {} to cover {}: {e}", parent.display(), rule.path.display()));
-                }
-            };
-            let mut attempts = 0;
-            loop {
-                attempts += 1;
-                if attempts > 20 {
-                    return Err(format!("cannot hold a placeholder at {}: it keeps changing", rule.path.display()));
-                }
-                // Made under a temporary name, marked, then renamed into place
-                // (never over anything): no call ever sees it unmarked.
-                let mut tmp_name = std::ffi::OsString::from(".warden-placeholder-");
-                let mut rnd = [0u8; 8];
-                let _ = getrandom::fill(&mut rnd);
-                tmp_name.push(hex::encode(rnd));
-                if rustix::fs::mkdirat(&dir, tmp_name.as_os_str(), Mode::from_raw_mode(0o700)).is_ok() {
-                    if let Ok(t) =
-                        openat2(&dir, tmp_name.as_os_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty(), resolve)
-                    {
-                        let _ = rustix::fs::fsetxattr(&t, PLACEHOLDER_XATTR, b"1", rustix::fs::XattrFlags::empty());
-                    }
-                    let placed = rustix::fs::renameat_with(
-                        &dir,
-                        tmp_name.as_os_str(),
-                        &dir,
-                        name,
-                        rustix::fs::RenameFlags::NOREPLACE,
-                    );
-                    if placed.is_err() {
-                        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::REMOVEDIR);
-                    }
-                }
-                let fd = match openat2(
-                    &dir,
-                    name,
-                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                    Mode::empty(),
-                    resolve,
-                ) {
-                    Ok(fd) => fd,
-                    Err(rustix::io::Errno::NOENT) => continue,
-                    // A link appeared under the name: the runtime refuses to mount through it.
-                    Err(e) => return Err(format!("cannot open the placeholder {}: {e}", rule.path.display())),
-                };
-                // One left by a warden that died is held like any other, and
-                // removed by the last call to let go of it.
-                if rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_err() {
-                    return Err(format!("cannot lock the placeholder {}", rule.path.display()));
-                }
-                // Still the same directory under that name (not removed and made again meanwhile)?
-                let held = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
-                match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev && held.st_nlink > 0 => {
-                        out.held.push((fd, dir, name.to_os_string()));
-                        break;
-                    }
-                    _ => continue,
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Whether the directory open at `fd` carries warden's placeholder mark.
-fn is_placeholder(fd: &std::os::fd::OwnedFd) -> bool {
-    let mut mark = [0u8; 1];
-    rustix::fs::fgetxattr(fd, PLACEHOLDER_XATTR, &mut mark).is_ok()
-}
-
-impl Drop for Placeholders {
-    fn drop(&mut self) {
-        use rustix::fs::FlockOperation::{NonBlockingLockExclusive, Unlock};
-        let _one_at_a_time = PLACEHOLDERS_OF_THIS_PROCESS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (fd, parent, name) in self.held.drain(..) {
-            if !is_placeholder(&fd) {
-                continue;
-            }
-            // The last holder removes it. Two calls ending together would each
-            // see the other's shared lock: each lets go of its own first and
-            // tries once more, so the later of the two succeeds.
-            let mut last = rustix::fs::flock(&fd, NonBlockingLockExclusive).is_ok();
-            if !last {
-                let _ = rustix::fs::flock(&fd, Unlock);
-                last = rustix::fs::flock(&fd, NonBlockingLockExclusive).is_ok();
-            }
-            // Still the directory under that name (not one made anew meanwhile,
-            // which another call may hold); only an empty one goes.
-            let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
-            let same = match (rustix::fs::fstat(&fd), rustix::fs::statat(&parent, &name, nofollow)) {
-                (Ok(a), Ok(b)) => a.st_ino == b.st_ino && a.st_dev == b.st_dev,
-                _ => false,
-            };
-            if last && same {
-                let _ = rustix::fs::unlinkat(&parent, &name, rustix::fs::AtFlags::REMOVEDIR);
-            }
-        }
     }
 }
 

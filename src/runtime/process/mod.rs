@@ -115,7 +115,7 @@ pub struct ServerProcess {
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
     /// The placeholders of absent protected paths, for the server's lifetime.
-    _placeholders: Option<crate::runtime::protect::Placeholders>,
+    _placeholders: Option<crate::runtime::placeholders::Placeholders>,
     /// warden's proxy, the server's one way out, for its lifetime.
     proxy: Option<crate::egress::Proxy>,
 }
@@ -219,7 +219,7 @@ struct Spawned {
     /// The per-call pids cgroup (as root); removed when dropped.
     cgroup: Option<cgroup::CallCgroup>,
     /// The placeholders of absent protected paths, removed when dropped.
-    _placeholders: Option<crate::runtime::protect::Placeholders>,
+    _placeholders: Option<crate::runtime::placeholders::Placeholders>,
     /// warden's proxy, the call's one way out of its network namespace.
     proxy: Option<crate::egress::Proxy>,
     /// The first byte of the helper's report, when it came where the proxy's
@@ -593,7 +593,7 @@ impl ProcessRuntime {
         });
         // Something to mount over each absent protected path, for the call's duration.
         let placeholders = if ns && !walls.protect.rules.is_empty() {
-            match crate::runtime::protect::Placeholders::acquire(&walls.protect.rules) {
+            match crate::runtime::placeholders::Placeholders::acquire(&walls.protect.rules) {
                 Ok(p) => Some(p),
                 Err(e) if enforce => {
                     return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: {e}")));
