@@ -565,6 +565,10 @@ fn main() {
     };
     shell();
     let shell_true = measure(300, shell);
+    // The same with placeholders made and removed by each call, as `warden call` does.
+    warden::runtime::placeholders::release_idle();
+    let shell_each = measure(300, shell);
+    warden::runtime::placeholders::linger(warden::runtime::placeholders::SERVE_LINGER);
     let mut extra = Vec::new();
     if Path::new("/usr/bin/bwrap").exists() {
         let v = measure(300, || spawn("/usr/bin/bwrap", &["--ro-bind", "/", "/", "/bin/true"]));
@@ -665,6 +669,11 @@ fn main() {
         ("warden call read_file process, empty cache", percentile(cli_cold.clone(), 0.5), percentile(cli_cold, 0.95)),
         ("bare sh -c true spawn", percentile(bare.clone(), 0.5), percentile(bare, 0.95)),
         ("warden shell `true`, whole pipeline", percentile(shell_true.clone(), 0.5), percentile(shell_true, 0.95)),
+        (
+            "shell `true`, placeholders made per call (as the CLI)",
+            percentile(shell_each.clone(), 0.5),
+            percentile(shell_each, 0.95),
+        ),
         ("warden call shell `true` process (CLI)", percentile(cli_shell.clone(), 0.5), percentile(cli_shell, 0.95)),
         ("MCP read_file round trip, stdio", percentile(mcp_rtt.clone(), 0.5), percentile(mcp_rtt, 0.95)),
     ];

@@ -55,6 +55,10 @@ struct Registry {
     held: HashMap<PathBuf, Held>,
     /// The last [`Held::id`] given.
     ids: u64,
+    /// Placeholders no longer under their name (removed or replaced by someone
+    /// else) that calls still mount, by id: their lock is kept until the last
+    /// of those calls ends, so no other process removes what they mount over.
+    retired: HashMap<u64, Held>,
     /// How long an unused placeholder is kept (zero: removed at once).
     linger: Duration,
     /// The thread that removes placeholders idle for `linger` runs.
@@ -133,8 +137,30 @@ pub struct Placeholders {
     paths: Vec<(PathBuf, u64)>,
 }
 
-/// Whether `h` is still the directory under its name (not removed, or removed
-/// and made again, by someone else).
+/// Whether `path`, no link followed, is still `h`'s directory (not removed,
+/// replaced, or moved away with a parent); an error for anything else that
+/// stops the check (a tool can make its workspace unsearchable), so that a
+/// call fails closed rather than mounting over something it does not hold.
+fn at_path(h: &Held, path: &std::path::Path) -> Result<bool, String> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags, openat2};
+    let held = rustix::fs::fstat(&h.fd).map_err(|e| format!("cannot check the placeholder {}: {e}", path.display()))?;
+    if held.st_nlink == 0 {
+        return Ok(false);
+    }
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match openat2(rustix::fs::CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+    {
+        Ok(fd) => {
+            let now = rustix::fs::fstat(&fd).map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+            Ok(now.st_ino == held.st_ino && now.st_dev == held.st_dev)
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(format!("cannot check the placeholder {}: {e}", path.display())),
+    }
+}
+
+/// Whether `h` is still the directory under its name in its parent (the
+/// question before removing it through that parent).
 fn still_named(h: &Held) -> bool {
     let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
     match (rustix::fs::fstat(&h.fd), rustix::fs::statat(&h.parent, &h.name, nofollow)) {
@@ -147,22 +173,26 @@ impl Placeholders {
     /// Makes every [`Kind::Absent`] rule's path exist as an empty directory and
     /// holds it (one this process already holds is shared).
     pub fn acquire(rules: &[PathRule]) -> Result<Placeholders, String> {
-        let mut reg = registry();
-        // Built first, so that an error part-way lets go of what was taken (its Drop).
+        // Declared before the registry's guard, so that on an error part-way
+        // the guard is dropped first and then what was taken is let go of (its Drop).
         let mut out = Placeholders::default();
+        let mut reg = registry();
         for rule in rules.iter().filter(|r| r.kind == Kind::Absent) {
             if let Some(h) = reg.held.get_mut(&rule.path) {
-                if still_named(h) {
+                if at_path(h, &rule.path)? {
                     h.users += 1;
                     h.idle_since = None;
                     out.paths.push((rule.path.clone(), h.id));
                     continue;
                 }
-                // Removed or replaced under its name by someone else: let go of
-                // it (the calls that mount it keep their mounts; their ids no
-                // longer match) and make a new one.
+                // Removed, replaced or moved by someone else: a new one is made.
+                // The calls that mount the old one keep it held until they end.
                 if let Some(old) = reg.held.remove(&rule.path) {
-                    remove(old);
+                    if old.users == 0 {
+                        remove(old);
+                    } else {
+                        reg.retired.insert(old.id, old);
+                    }
                 }
             }
             let Some(mut held) = make(rule)? else { continue };
@@ -220,13 +250,29 @@ fn make(rule: &PathRule) -> Result<Option<Held>, String> {
             Err(e) => return Err(format!("cannot open the placeholder {}: {e}", rule.path.display())),
         };
         // One left by a warden that died is held like any other, and
-        // removed by the last call to let go of it.
-        if rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_err() {
-            return Err(format!("cannot lock the placeholder {}", rule.path.display()));
+        // removed by the last call to let go of it. Never waited on for long
+        // (the registry is locked meanwhile): an exclusive lock is another
+        // process removing it, for an instant.
+        let mut locked = false;
+        for _ in 0..100 {
+            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockShared) {
+                Ok(()) => {
+                    locked = true;
+                    break;
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(format!("cannot lock the placeholder {}: {e}", rule.path.display())),
+            }
+        }
+        if !locked {
+            return Err(format!(
+                "cannot lock the placeholder {}: another process has held it exclusively for a second",
+                rule.path.display()
+            ));
         }
         let held = Held { fd, parent: dir, name: name.to_os_string(), users: 1, idle_since: None, id: 0 };
-        // Still the same directory under that name (not removed and made again meanwhile)?
-        if still_named(&held) {
+        // Still the same directory under that path (not removed and made again meanwhile)?
+        if at_path(&held, &rule.path)? {
             return Ok(Some(held));
         }
         dir = held.parent;
@@ -267,6 +313,15 @@ impl Drop for Placeholders {
         let mut reg = registry();
         let linger = reg.linger;
         for (path, id) in self.paths.drain(..) {
+            if let Some(h) = reg.retired.get_mut(&id) {
+                h.users = h.users.saturating_sub(1);
+                if h.users == 0
+                    && let Some(h) = reg.retired.remove(&id)
+                {
+                    remove(h);
+                }
+                continue;
+            }
             let Some(h) = reg.held.get_mut(&path).filter(|h| h.id == id) else { continue };
             h.users = h.users.saturating_sub(1);
             if h.users > 0 {
@@ -333,5 +388,35 @@ mod tests {
         assert_eq!(ino(&ws.join(".envrc")), None);
         let left: Vec<_> = std::fs::read_dir(&ws).into_iter().flatten().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from(".git")], "nothing else left behind");
+
+        // Removed on the host while a call mounts it: the next call gets a new
+        // one; the old one stays held until its call ends, and its end does
+        // not touch the new one.
+        let envrc = [rule(&ws, ".envrc")];
+        let a = Placeholders::acquire(&envrc).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::remove_dir(ws.join(".envrc")).unwrap_or_else(|e| panic!("{e}"));
+        let b = Placeholders::acquire(&envrc).unwrap_or_else(|e| panic!("{e}"));
+        let second = ino(&ws.join(".envrc"));
+        assert!(second.is_some());
+        drop(a);
+        assert_eq!(ino(&ws.join(".envrc")), second, "the old call's end leaves the new one");
+        drop(b);
+        assert_eq!(ino(&ws.join(".envrc")), None);
+
+        // An error part-way (a link planted at a protected name) fails the call
+        // and lets go of what it took, without deadlocking the registry.
+        std::os::unix::fs::symlink("/etc", ws.join(".bashrc")).unwrap_or_else(|e| panic!("{e}"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (ws2, rules2) = (ws.clone(), [rule(&ws, ".envrc"), rule(&ws, ".bashrc")]);
+        std::thread::spawn(move || {
+            let failed = Placeholders::acquire(&rules2).err();
+            let again = Placeholders::acquire(&[rule(&ws2, ".envrc")]).map(drop);
+            let _ = tx.send((failed, again));
+        });
+        let (failed, again) =
+            rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("acquire deadlocked after an error"));
+        assert!(failed.is_some_and(|e| e.contains(".bashrc")), "a link at the name fails the call");
+        assert!(again.is_ok(), "{again:?}");
+        assert_eq!(ino(&ws.join(".envrc")), None, "the failed call let go of what it took");
     }
 }
