@@ -104,6 +104,22 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Times each of `cases` `n` times, taking turns (one call of each per round,
+/// the first of the round rotating), so that the noise of a shared VM falls on
+/// all of them alike and their ratio means something.
+fn interleaved(n: usize, cases: &mut [&mut dyn FnMut()]) -> Vec<Vec<Duration>> {
+    let mut times = vec![Vec::with_capacity(n); cases.len()];
+    for round in 0..n {
+        for k in 0..cases.len() {
+            let i = (round + k) % cases.len();
+            let t = Instant::now();
+            cases[i]();
+            times[i].push(t.elapsed());
+        }
+    }
+    times
+}
+
 fn measure(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
     (0..n)
         .map(|_| {
@@ -388,44 +404,9 @@ fn main() {
         println!("{n} {what} calls in {seconds} s");
         return;
     }
-    // The audit record's floor: one ~400-byte append and fdatasync on the same disk.
-    let fsync_floor = {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(dir.path().join("fsync.log")).unwrap();
-        let line = [b'x'; 400];
-        measure(1_000, || {
-            f.write_all(&line).unwrap();
-            f.sync_data().unwrap();
-        })
-    };
-    // The same record written over space already allocated and written (zeros,
-    // synced once): the file's size does not change, so fdatasync has no
-    // metadata to commit (issue 22's lower floor).
-    let fsync_overwrite_floor = {
-        use std::io::{Seek, SeekFrom, Write};
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("fsync-prealloc.log"))
-            .unwrap();
-        f.write_all(&vec![0u8; 1_000 * 400 + 4096]).unwrap();
-        f.sync_all().unwrap();
-        f.seek(SeekFrom::Start(0)).unwrap();
-        let line = [b'x'; 400];
-        measure(1_000, || {
-            f.write_all(&line).unwrap();
-            f.sync_data().unwrap();
-        })
-    };
     let floor = measure(20_000, || {
         std::hint::black_box(std::fs::read(&file).unwrap());
     });
-    for _ in 0..200 {
-        call();
-    }
-    let pipeline = measure(2_000, call);
     // The same pipeline with its log on tmpfs, where fdatasync costs nothing:
     // the pipeline without its record's durability.
     let shm = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
@@ -447,10 +428,59 @@ fn main() {
         let r = exec_shm.call(ToolCall::new("read_file", json!({"path": "four.txt"})));
         assert_eq!(r.exit_code(), 0, "{r:?}");
     };
+    let naive_host = naive::Host::new();
+    let naive_call = || {
+        let out = naive_host.read_file(&ws, "four.txt");
+        assert!(out.contains("abcdefghijklmno"), "{out}");
+    };
     for _ in 0..200 {
+        call();
         call_shm();
     }
-    let pipeline_shm = measure(2_000, call_shm);
+    for _ in 0..50 {
+        naive_call();
+    }
+    const RECORDS: usize = 2_000;
+    // The audit record's floor: one ~400-byte append and fdatasync on the same disk.
+    let mut append_floor = {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(dir.path().join("fsync.log")).unwrap();
+        let line = [b'x'; 400];
+        move || {
+            f.write_all(&line).unwrap();
+            f.sync_data().unwrap();
+        }
+    };
+    // The same record written over space already allocated and written (zeros,
+    // synced once): the file's size does not change, so fdatasync has no
+    // metadata to commit (issue 22's lower floor).
+    let mut overwrite_floor = {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("fsync-prealloc.log"))
+            .unwrap();
+        f.write_all(&vec![0u8; RECORDS * 400 + 4096]).unwrap();
+        f.sync_all().unwrap();
+        let line = [b'x'; 400];
+        let mut at = 0;
+        move || {
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(&line, at).unwrap();
+            at += 400;
+            f.sync_data().unwrap();
+        }
+    };
+    // The pipeline, on disk and on tmpfs, the naive host and both floors, taking turns.
+    let [fsync_floor, fsync_overwrite_floor, pipeline, pipeline_shm, naive]: [Vec<Duration>; 5] = interleaved(
+        RECORDS,
+        &mut [&mut append_floor, &mut overwrite_floor, &mut { call }, &mut { call_shm }, &mut { naive_call }],
+    )
+    .try_into()
+    .unwrap();
     drop(exec_shm);
     // `WARDEN_BENCH_ONLY=record`: only the record's rows (its cost and both floors).
     if std::env::var("WARDEN_BENCH_ONLY").as_deref() == Ok("record") {
@@ -503,15 +533,6 @@ fn main() {
     let concurrent_per_second = 2_000.0 / started.elapsed().as_secs_f64();
     let (written1, syncs1) = exec.audit_log().commits();
     let records_per_sync = (written1 - written0) as f64 / (syncs1 - syncs0).max(1) as f64;
-    let naive_host = naive::Host::new();
-    let naive_call = || {
-        let out = naive_host.read_file(&ws, "four.txt");
-        assert!(out.contains("abcdefghijklmno"), "{out}");
-    };
-    for _ in 0..50 {
-        naive_call();
-    }
-    let naive = measure(2_000, naive_call);
     let cat = measure(300, || {
         let s = Command::new("cat").arg(&file).stdout(Stdio::null()).status().unwrap();
         assert!(s.success());
@@ -564,36 +585,36 @@ fn main() {
         assert_eq!(r.exit_code(), 0, "{r:?}");
     };
     shell();
-    let shell_true = measure(300, shell);
+    // warden's process path and bubblewrap's, taking turns.
+    const ALL: [&str; 11] =
+        ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"];
+    let mut extra = Vec::new();
+    let shell_true = if Path::new("/usr/bin/bwrap").exists() {
+        let [shell_true, ro, all]: [Vec<Duration>; 3] = interleaved(
+            300,
+            &mut [
+                &mut { shell },
+                &mut || spawn("/usr/bin/bwrap", &["--ro-bind", "/", "/", "/bin/true"]),
+                // What warden's process path now does too: namespaces, a private /proc, /dev and /tmp.
+                &mut || spawn("/usr/bin/bwrap", &ALL),
+            ],
+        )
+        .try_into()
+        .unwrap();
+        extra.push(("bwrap --ro-bind / / true", percentile(ro.clone(), 0.5), percentile(ro, 0.95)));
+        extra.push((
+            "bwrap --unshare-all --proc --dev --tmpfs /tmp true",
+            percentile(all.clone(), 0.5),
+            percentile(all, 0.95),
+        ));
+        shell_true
+    } else {
+        measure(300, shell)
+    };
     // The same with placeholders made and removed by each call, as `warden call` does.
     warden::runtime::placeholders::release_idle();
     let shell_each = measure(300, shell);
     warden::runtime::placeholders::linger(warden::runtime::placeholders::SERVE_LINGER);
-    let mut extra = Vec::new();
-    if Path::new("/usr/bin/bwrap").exists() {
-        let v = measure(300, || spawn("/usr/bin/bwrap", &["--ro-bind", "/", "/", "/bin/true"]));
-        extra.push(("bwrap --ro-bind / / true", percentile(v.clone(), 0.5), percentile(v, 0.95)));
-        // What warden's process path now does too: namespaces, a private /proc, /dev and /tmp.
-        let all = [
-            "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "/bin/true",
-        ];
-        let v = measure(300, || spawn("/usr/bin/bwrap", &all));
-        extra.push((
-            "bwrap --unshare-all --proc --dev --tmpfs /tmp true",
-            percentile(v.clone(), 0.5),
-            percentile(v, 0.95),
-        ));
-    }
     if Path::new("/usr/bin/firejail").exists() {
         let ok = Command::new("/usr/bin/firejail")
             .args(["--quiet", "--noprofile", "/bin/true"])
