@@ -503,17 +503,9 @@ fn main() {
             tier: None,
             rule: Some("policy.toml:1:1".into()),
             decision: warden::audit::Decision::Allowed,
-            approved_by: None,
             status: "success",
-            error_code: None,
             duration_ms: 0.2,
-            usage: None,
-            sandbox: None,
-            network: None,
-            exit: None,
-            profile: None,
-            cache: None,
-            content: None,
+            ..Default::default()
         };
         let log_alone = measure(2_000, || {
             alone.check_writable().unwrap();

@@ -81,7 +81,7 @@ const TAIL_WINDOW: u64 = 1 << 20;
 pub const MAX_RECORD_BYTES: usize = 32 << 10;
 
 /// What was decided for a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// It ran (or was cleared to run).
@@ -93,11 +93,12 @@ pub enum Decision {
     /// Someone said no.
     Rejected,
     /// It failed before a decision (unknown tool, invalid arguments).
+    #[default]
     None,
 }
 
 /// One call's record, before it is chained.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Record {
     /// RFC 3339 UTC time the call started.
     pub ts: String,
@@ -1012,19 +1013,11 @@ mod tests {
             args_sha256: "x".into(),
             args: serde_json::json!({"token": "abc", "path": "a"}),
             tier: Some(Tier::Auto),
-            rule: None,
             decision: Decision::Allowed,
             approved_by: Some(ApprovedBy::Auto),
             status: "success",
-            error_code: None,
             duration_ms: 1.0,
-            usage: None,
-            sandbox: None,
-            network: None,
-            exit: None,
-            profile: None,
-            cache: None,
-            content: None,
+            ..Record::default()
         }
     }
 
