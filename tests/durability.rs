@@ -138,6 +138,70 @@ fn a_full_disk_stops_the_call_before_it_runs() {
     assert!(v.problem.is_none(), "{:?}", v.problem);
 }
 
+/// The same attack as the escape battery's disk fill, against the reservation
+/// `serve` uses: a log grown in chunks of blank fill, which the record
+/// overwrites, on a 4 MiB tmpfs that a `shell` call fills with `dd` while it
+/// runs. The call's record (longer than a page) is there and whole, the next
+/// call is refused before it runs, calls run again once space is back, and
+/// when the log is closed its fill is cut off. Mounting needs root.
+#[test]
+fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let status =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&small).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
+    let _mounted = Mounted(small.clone());
+    let ws = small.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let log_path = small.join("audit.jsonl");
+    let log = AuditLog::open(&log_path).unwrap();
+    log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
+    let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
+    let exec = Executor::new(
+        Policy::embedded_default(&ctx).unwrap(),
+        Approver::new(ApproveMode::Yes),
+        log,
+        warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) },
+    )
+    .unwrap();
+    let shell = |command: &str| exec.call(ToolCall::new("shell", json!({ "command": command })));
+
+    assert_eq!(shell("true").status, Status::Success);
+    let size = std::fs::metadata(&log_path).unwrap().len();
+    assert!(size >= warden::audit::MAX_RECORD_BYTES as u64, "the log grew by fill: {size} bytes");
+    let fill = shell(&format!("dd if=/dev/zero of=fill bs=64k; echo filled # {}", "p".repeat(4000)));
+    let fs = nix::sys::statvfs::statvfs(&small).unwrap();
+    let free = fs.blocks_available() * fs.fragment_size();
+    assert!(free < 64 << 10, "dd did not fill the disk: {free} bytes free");
+    assert_eq!(fill.status, Status::Success, "{fill:?}");
+    assert!(fill.to_json()["result"]["stderr"].as_str().unwrap_or_default().contains("No space left"), "{fill:?}");
+    let v = warden::audit::verify(&log_path).unwrap();
+    assert_eq!((v.records, v.torn_line, v.problem), (2, None, None));
+    let text = std::fs::read(&log_path).unwrap();
+    let last_line = text.split(|&b| b == b'\n').filter(|l| !l.is_empty() && l[0] != 0).last().unwrap();
+    let last: serde_json::Value = serde_json::from_slice(last_line).unwrap();
+    assert_eq!(last["call_id"], fill.to_json()["call_id"]);
+    assert!(last_line.len() > 4096, "the record spans pages: {} bytes", last_line.len());
+
+    let next = shell("touch after");
+    assert_eq!(next.error.as_ref().map(|e| e.code.as_str()), Some("INTERNAL"), "{next:?}");
+    assert!(!ws.join("after").exists(), "the tool ran without room for its record");
+    std::fs::remove_file(ws.join("fill")).unwrap();
+    assert_eq!(shell("true").status, Status::Success);
+    drop(exec);
+    let text = std::fs::read(&log_path).unwrap();
+    assert_eq!(text.last(), Some(&b'\n'), "the fill is cut when the log is closed");
+    let v = warden::audit::verify(&log_path).unwrap();
+    assert_eq!((v.records, v.torn_line, v.problem), (4, None, None));
+}
+
 /// A file-size limit that warden inherited (a tool cannot set one on warden:
 /// seccomp refuses `prlimit64` on another process) would fail the append after
 /// the tool ran; warden ignores `SIGXFSZ` and refuses the call before it runs.
