@@ -185,7 +185,7 @@ fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
     let v = warden::audit::verify(&log_path).unwrap();
     assert_eq!((v.records, v.torn_line, v.problem), (2, None, None));
     let text = std::fs::read(&log_path).unwrap();
-    let last_line = text.split(|&b| b == b'\n').filter(|l| !l.is_empty() && l[0] != 0).last().unwrap();
+    let last_line = text.split(|&b| b == b'\n').rfind(|l| !l.is_empty() && l[0] != 0).unwrap();
     let last: serde_json::Value = serde_json::from_slice(last_line).unwrap();
     assert_eq!(last["call_id"], fill.to_json()["call_id"]);
     assert!(last_line.len() > 4096, "the record spans pages: {} bytes", last_line.len());
