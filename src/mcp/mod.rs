@@ -105,14 +105,17 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     result
 }
 
-/// Resolves on SIGTERM or SIGINT (never, if neither can be watched).
+/// Resolves on SIGTERM, SIGINT or SIGHUP (the terminal `serve` ran in was
+/// closed); never, if they cannot be watched. Each ends `serve` the same way:
+/// jobs ended, the log's fill cut, idle placeholders removed.
 async fn signalled() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup())) {
+        (Ok(mut term), Ok(mut int), Ok(mut hup)) => {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
+                _ = hup.recv() => {}
             }
         }
         _ => std::future::pending().await,
@@ -135,17 +138,22 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
             let _ = tokio::task::spawn_blocking(move || shared.shutdown_jobs()).await;
         }
     };
+    // A signal ends `serve` at once (it would otherwise kill the process with
+    // nothing cleaned up): jobs ended and recorded here, the log's fill cut and
+    // idle placeholders removed by the caller. rmcp is not waited for then: it
+    // waits on its stdin reader.
+    let mut signalled_out = false;
     let served = match WardenServer::new(shared, true, owner).serve((input, output)).await {
-        // With background jobs, closing stdin, SIGTERM and SIGINT end the jobs
-        // first: rmcp waits for requests in flight, and one may wait on a job.
-        Ok(running) if jobs => {
+        Ok(running) => {
             let ct = running.cancellation_token();
             let stopped = running.waiting();
             tokio::pin!(stopped);
             let stop = |r: Result<_, _>| r.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}"));
             tokio::select! {
                 r = &mut stopped => stop(r),
-                _ = closed.wait_for(|c| *c) => {
+                // With background jobs, closing stdin ends the jobs first: rmcp
+                // waits for requests in flight, and one may wait on a job.
+                _ = closed.wait_for(|c| *c), if jobs => {
                     end_jobs().await;
                     match tokio::time::timeout(Duration::from_secs(5), stopped).await {
                         Ok(r) => stop(r),
@@ -153,19 +161,23 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
                     }
                 }
                 _ = signalled() => {
-                    end_jobs().await;
+                    if jobs {
+                        end_jobs().await;
+                    }
                     ct.cancel();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+                    signalled_out = true;
                     Ok(())
                 }
             }
         }
-        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| format!("the MCP server stopped: {e}")),
         // stdin closed before the client said anything: nothing to serve.
         Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
         Err(e) => Err(format!("the MCP client's first message was not usable: {e}")),
     };
-    // Every frame written reaches stdout before the process exits.
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // Every frame written reaches stdout before the process exits (after a
+    // signal the writer may wait on rmcp, which is not waited for).
+    if !signalled_out {
+        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    }
     served
 }

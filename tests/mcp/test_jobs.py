@@ -312,8 +312,13 @@ def reply(p, want_id):
     raise AssertionError("warden closed stdout")
 
 
-def test_sigterm_mid_job_cancels_it_before_exit(jobs):
-    secs = marker("term")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_mid_job_cancels_it_and_cleans_up_before_exit(jobs, sig):
+    """SIGTERM, or SIGHUP (the terminal serve ran in was closed): the job is
+    cancelled and recorded, the log's blank fill is cut, and the protected
+    paths' placeholders (kept 200 ms between calls) are removed."""
+    secs = marker("term" if sig == signal.SIGTERM else "hup")
+    before = sorted(os.listdir(jobs.ws))
     p = subprocess.Popen(
         [os.environ["WARDEN_BIN"], *jobs.argv("serve")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -332,7 +337,7 @@ def test_sigterm_mid_job_cancels_it_before_exit(jobs):
         while not host_pids(secs) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert host_pids(secs)
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         assert p.wait(timeout=20) == 0, p.stderr.read()
     finally:
         if p.poll() is None:
@@ -341,6 +346,9 @@ def test_sigterm_mid_job_cancels_it_before_exit(jobs):
     recs = records_of(jobs, handle["call_id"])
     assert [r["status"] for r in recs] == ["running", "cancelled"], recs
     verify_log(jobs)
+    log = jobs.log.read_bytes()
+    assert log.endswith(b"\n") and b"\0" not in log, "the log's blank fill was not cut"
+    assert sorted(os.listdir(jobs.ws)) == before, "placeholders (or other files) were left in the workspace"
 
 
 def test_warden_call_runs_a_background_tool_in_the_foreground(jobs):

@@ -357,3 +357,52 @@ async def test_an_explicit_approve_flag_answers_instead_of_the_client(warden, fl
     assert (warden.ws / "flag.txt").exists() == (expect is None)
     last = warden.records()[-1]
     assert last["approved_by"] == ("flag" if flag == "yes" else None), last
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_a_stdio_server_cleanly_at_once(warden, sig):
+    """Without background tools too: a signal right after a call (its
+    placeholders still kept for the next one) ends serve at once with exit 0,
+    the log's blank fill cut and no placeholder left in the workspace (before,
+    the signal killed the process with nothing cleaned up)."""
+    import json
+    import signal
+    before = sorted(os.listdir(warden.ws))
+    p = subprocess.Popen(
+        [os.environ["WARDEN_BIN"], *warden.argv("serve")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, **warden.env()}, cwd=warden.ws, text=True,
+    )
+
+    def rpc(msg):
+        p.stdin.write(json.dumps(msg) + "\n")
+        p.stdin.flush()
+
+    def reply(want):
+        for line in p.stdout:
+            msg = json.loads(line)
+            if msg.get("id") == want:
+                return msg
+        raise AssertionError("warden closed stdout")
+
+    try:
+        rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        assert "result" in reply(1)
+        rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "shell", "arguments": {"command": "echo hi > out.txt"}}})
+        assert reply(2)["result"]["isError"] is False
+        started = time.monotonic()
+        p.send_signal(getattr(signal, sig))
+        assert p.wait(timeout=20) == 0, p.stderr.read()
+        took = time.monotonic() - started
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert took < 3, f"serve took {took:.1f} s to end after {sig}"
+    log = warden.log.read_bytes()
+    assert log.endswith(b"\n") and b"\0" not in log, "the log's blank fill was not cut"
+    assert sorted(os.listdir(warden.ws)) == sorted(before + ["out.txt"]), "placeholders were left in the workspace"
+    assert [r["tool"] for r in warden.records()] == ["shell"]
