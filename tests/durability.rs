@@ -100,22 +100,30 @@ impl Drop for Mounted {
     }
 }
 
+/// A tmpfs of `size` mounted in a new temporary directory (root only: `None`
+/// and a note otherwise), unmounted when the guard drops.
+fn small_tmpfs(size: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, Mounted)> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let options = format!("size={size}");
+    let status =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &options, "tmpfs"]).arg(&small).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
+    let mounted = Mounted(small.clone());
+    Some((dir, small, mounted))
+}
+
 /// A full disk: the log's file system (a 2 MiB tmpfs) is filled until less than
 /// the 1 MiB a record may need is free. The call does not run; once space is
 /// back, calls run again. Mounting needs root, as CI runs.
 #[test]
 fn a_full_disk_stops_the_call_before_it_runs() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let small = dir.path().join("small");
-    std::fs::create_dir(&small).unwrap();
-    let status =
-        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"]).arg(&small).status();
-    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
-    let _mounted = Mounted(small.clone());
+    let Some((dir, small, _mounted)) = small_tmpfs("2m") else { return };
     let (exec, ws, log) = executor_logging_to(dir.path(), &small.join("audit.jsonl"));
     assert_eq!(write(&exec, "before.txt").status, Status::Success);
 
@@ -146,17 +154,7 @@ fn a_full_disk_stops_the_call_before_it_runs() {
 /// when the log is closed its fill is cut off. Mounting needs root.
 #[test]
 fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let small = dir.path().join("small");
-    std::fs::create_dir(&small).unwrap();
-    let status =
-        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&small).status();
-    assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
-    let _mounted = Mounted(small.clone());
+    let Some((dir, small, _mounted)) = small_tmpfs("4m") else { return };
     let ws = small.join("ws");
     std::fs::create_dir(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
