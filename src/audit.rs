@@ -422,12 +422,11 @@ impl AuditLog {
         if let Some(why) = &self.lock().failed {
             return Err(sync_failed(why));
         }
-        still_there(&self.file, &self.path)?;
+        let len = still_there(&self.file, &self.path)?;
         // A file-size limit warden inherited (nothing the tool does can set one:
         // seccomp refuses prlimit64 on another process) would stop the append.
         let (limit, _) =
             nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE).map_err(std::io::Error::from)?;
-        let len = len_of(&self.file)?;
         if limit != nix::sys::resource::RLIM_INFINITY && limit < len.saturating_add(MAX_RECORD_BYTES as u64 * 16) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::FileTooLarge,
