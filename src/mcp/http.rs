@@ -365,11 +365,9 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
     let registry = Arc::new(Registry::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.idle_timeout);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    // A closed terminal ends `serve` as SIGTERM does (its cleanup runs).
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+    // SIGTERM, SIGINT or SIGHUP ends `serve` (its cleanup runs after this returns).
+    let signalled = super::signalled();
+    tokio::pin!(signalled);
     let (mut accept_errors, mut evictions, mut refusals) =
         (Throttle::default(), Throttle::default(), Throttle::default());
     let mut backoff: Option<Duration> = None;
@@ -380,15 +378,11 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
     loop {
         let permit = tokio::select! {
             p = sockets.clone().acquire_owned() => p.map_err(|e| format!("the connection count: {e}"))?,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
-            _ = hup.recv() => return Ok(()),
+            _ = &mut signalled => return Ok(()),
         };
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
-            _ = hup.recv() => return Ok(()),
+            _ = &mut signalled => return Ok(()),
         };
         let stream = match accepted {
             Ok((stream, _)) => {
@@ -404,11 +398,9 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
                     tracing::warn!("accept failed: {e}; retrying in up to {ACCEPT_BACKOFF_MAX:?}{}", suppressed(n));
                 }
                 tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = tokio::signal::ctrl_c() => return Ok(()),
-                        _ = term.recv() => return Ok(()),
-                _ = hup.recv() => return Ok(()),
-                    }
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = &mut signalled => return Ok(()),
+                }
                 continue;
             }
         };
