@@ -27,6 +27,8 @@ use serde_json::{Value, json};
 use crate::scene::{CANARY_VAR, PYTHON, Run, WARDEN, brief, cache_dir, clip, run_bounded, set_mode, text};
 use crate::{Case, Observed, Scene};
 
+mod served;
+
 const CLASS: &str = "persistence";
 
 /// How the workspace's repository is laid out.
@@ -921,6 +923,30 @@ pub(crate) fn cases() -> Vec<Case> {
         "fs.deny_write = {workspace}/vendor: write_file, edit_file, delete_file, a new file, move_file of the directory, create_directory".into(),
         "each refused by the WASI host; vendor/lib.txt readable and unchanged; the ordinary write succeeds",
         deny_write_builtin,
+    ));
+    let served = |id: &'static str, attempt: &str, expected: &'static str, run: fn(&Scene) -> Observed| {
+        case(id, "process", attempt.to_string(), expected, run)
+    };
+    v.push(served(
+        "persist-served-reuse/process",
+        "one warden serve: every route against an absent .profile while another call holds its placeholder, then back \
+         to back within the linger, each also rmdir and mv of the placeholder",
+        "each route refused (the shared placeholder is read-only in every call); the name absent once serve ends, no \
+         placeholder left",
+        served::reuse,
+    ));
+    v.push(served(
+        "persist-served-chmod/process",
+        "one warden serve: a call makes the workspace unsearchable (chmod 000) while the next call starts and writes \
+         .profile",
+        "the next call fails closed or runs held; the held placeholder is kept; the name absent once serve ends",
+        served::unsearchable,
+    ));
+    v.push(served(
+        "persist-served-killed/process",
+        "warden serve killed (SIGKILL) while its placeholder lingers, then warden call writes the leftover .profile",
+        "the leftover placeholder is adopted and mounted read-only, then removed; the name absent",
+        served::killed,
     ));
     v.push(case(
         "persist-unprotect-one/process",
