@@ -414,6 +414,37 @@ fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
     }
 }
 
+/// As root the tool runs inside each of its call's cgroups (pids, and memory
+/// where that is a hierarchy of its own), which the helper joined before it
+/// made the tool; the record names the pids cgroup and whether memory had one.
+#[test]
+fn as_root_the_tool_runs_inside_every_cgroup_of_its_call() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: cgroups are made per call only as root");
+        return;
+    }
+    let env = Env::new();
+    let r = shell(&env, "cat /proc/self/cgroup");
+    let out = result(&r)["stdout"].as_str().unwrap().to_string();
+    let rec = env.audit_records().pop().unwrap();
+    let sandbox = &rec["sandbox"];
+    assert_eq!(sandbox["processes"], "pids-cgroup", "{rec}");
+    let line = |controller: &str| {
+        out.lines().find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|n| n == controller))).map(str::to_string)
+    };
+    let unified = out.lines().all(|l| l.starts_with("0::"));
+    let pids = if unified { out.lines().next().map(str::to_string) } else { line("pids") };
+    let pids = pids.unwrap_or_default();
+    let name = pids.rsplit('/').next().unwrap_or_default().to_string();
+    assert!(name.starts_with("warden-"), "the tool is not in a call's pids cgroup: {out}");
+    if sandbox["memory"] == "cgroup" && !unified {
+        let memory = line("memory").unwrap_or_default();
+        assert!(memory.ends_with(&format!("/{name}")), "the tool is not in the call's memory cgroup {name}: {out}");
+    }
+    // The call's cgroups are gone once it ended.
+    assert!(!Path::new("/sys/fs/cgroup/pids").join(&name).exists() && !Path::new("/sys/fs/cgroup").join(&name).exists());
+}
+
 #[test]
 fn a_fork_bomb_is_contained_and_nothing_survives() {
     let env = Env::new();

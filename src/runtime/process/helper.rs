@@ -157,8 +157,28 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         return Err("the host exited before the tool started".into());
     }
 
-    // 4. The pids cgroup.
-    if let Some(name) = &spec.cgroup_joined {
+    // 4. The call's cgroups. In v1 this single-threaded helper moves its one
+    // thread by writing 0 to `tasks`, which (unlike moving a process) takes no
+    // lock that waits for an RCU grace period; then it checks where it is.
+    if !spec.cgroup_tasks.is_empty() {
+        for tasks in &spec.cgroup_tasks {
+            std::fs::write(tasks, "0")
+                .map_err(|e| format!("cannot join the call's cgroup {}: {e}", tasks.display()))?;
+        }
+        let mine =
+            std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        // One line per hierarchy; each of the call's is named `warden-<id>`.
+        let name = spec.cgroup_tasks[0].parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy());
+        let inside = mine.lines().filter(|l| l.rsplit('/').next() == name.as_deref()).count();
+        if inside < spec.cgroup_tasks.len() {
+            return Err(format!(
+                "the helper is in {inside} of the call's {} cgroups after joining them: {}",
+                spec.cgroup_tasks.len(),
+                mine.trim()
+            ));
+        }
+        r.cgroup = true;
+    } else if let Some(name) = &spec.cgroup_joined {
         let mine =
             std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
         if !mine.lines().any(|l| l.rsplit('/').next() == Some(name.as_str())) {

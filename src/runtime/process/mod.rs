@@ -675,6 +675,7 @@ impl ProcessRuntime {
                 _ => None,
             },
             cgroup_procs: cgroup.as_ref().map(cgroup::CallCgroup::procs_files).unwrap_or_default(),
+            cgroup_tasks: cgroup.as_ref().map(cgroup::CallCgroup::self_join_files).unwrap_or_default(),
             cgroup_joined: None,
             ipc_namespace: self.support.root,
             sysv_ipc: walls.sysv_ipc,
@@ -709,11 +710,13 @@ impl ProcessRuntime {
                 )
             })?;
         let pid = Pid::from_raw(child.id() as i32);
-        // Moving a process into a cgroup waits for an RCU grace period (about half
-        // a millisecond); done here, it overlaps the helper's own start. The helper
-        // only checks it (and joins by itself if this failed).
+        // In v1 the helper moves its one thread in by itself, which takes no
+        // global lock (`CallCgroup::self_join_files`). In v2, moving a process
+        // waits for an RCU grace period; done here, it overlaps the helper's own
+        // start. The helper then only checks it (and joins by itself if this failed).
         let mut spec = spec;
         if let Some(c) = &cgroup
+            && spec.cgroup_tasks.is_empty()
             && c.join(child.id()).is_ok()
         {
             spec.cgroup_joined = Some(c.name());

@@ -44,6 +44,10 @@ pub struct SandboxSpec {
     /// the host could not move it there.
     #[serde(default)]
     pub cgroup_procs: Vec<PathBuf>,
+    /// The call's v1 cgroups' `tasks` files: the helper, single-threaded,
+    /// writes `0` to each to move itself in (see `CallCgroup::self_join_files`).
+    #[serde(default)]
+    pub cgroup_tasks: Vec<PathBuf>,
     /// The pids cgroup the host already moved the helper into, by directory
     /// name: the helper checks `/proc/self/cgroup` names it before going on.
     #[serde(default)]
