@@ -24,6 +24,7 @@ pub mod program;
 pub mod progress;
 pub mod seccomp;
 pub mod spec;
+mod supervise;
 pub mod tmpfs;
 
 use std::io::Read;
@@ -34,13 +35,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use self::namespaces::NsSupport;
 use self::spec::{HelperReport, MAX_REPORT, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
-use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
+use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
@@ -175,7 +175,7 @@ impl ServerProcess {
         let _ = killpg(self.pid, Signal::SIGKILL);
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
-        kill_group(self.pid, self.cgroup.as_ref());
+        supervise::kill_group(self.pid, self.cgroup.as_ref());
         self.cgroup = None;
         // Its mounts are gone with its processes: the placeholders may go too.
         self._placeholders = None;
@@ -236,14 +236,6 @@ enum Launch {
     },
     /// A long-running MCP server: the helper socket becomes its stdin.
     Server,
-}
-
-/// How a supervised process ended.
-struct Ended {
-    status: i32,
-    rusage: libc::rusage,
-    timed_out: bool,
-    cancelled: bool,
 }
 
 impl ProcessRuntime {
@@ -378,16 +370,16 @@ impl ProcessRuntime {
         let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
-        let reader = |stream: Option<Box<dyn Read + Send>>, which: Stream| {
-            let tap = tap.cloned();
-            std::thread::spawn(move || read_head_tail(stream, cap, tap.map(|t| (t, which))))
-        };
-        let out_reader = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stdout);
-        let err_reader = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stderr);
-
-        let ended = supervise(pid, limits.timeout, cancel, cgroup.as_ref());
-        let stdout = out_reader.join().unwrap_or_default();
-        let stderr = err_reader.join().unwrap_or_default();
+        let supervise::Watched { ended, stdout, stderr } = supervise::supervise(
+            pid,
+            child.stdout.take(),
+            child.stderr.take(),
+            cap,
+            tap,
+            limits.timeout,
+            cancel,
+            cgroup.as_ref(),
+        );
         // The tree is gone: what is left in the pipe is drained, within a grace period.
         let progress_counts = progress_reader.finish();
         let hit_pids_max = cgroup.as_ref().is_some_and(cgroup::CallCgroup::hit_max);
@@ -961,137 +953,6 @@ fn fill_argv(
         })?);
     }
     Ok(out)
-}
-
-/// Reads `stream` to its end, keeping its head and tail within `cap` bytes
-/// and showing each chunk to `tap`: a program is never stopped for what it
-/// prints (issue 19).
-fn read_head_tail(
-    stream: Option<Box<dyn Read + Send>>,
-    cap: usize,
-    tap: Option<(OutputTap, Stream)>,
-) -> capture::HeadTail {
-    let mut kept = capture::HeadTail::new(cap);
-    let Some(mut stream) = stream else { return kept };
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if let Some((tap, which)) = &tap {
-                    tap(*which, &buf[..n]);
-                }
-                kept.push(&buf[..n]);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    kept
-}
-
-/// How often the supervisor looks at the cancel switch.
-const CANCEL_POLL: Duration = Duration::from_millis(20);
-
-/// Waits for the tool with a wall-clock limit and the cancel switch, kills its
-/// whole process group (before reaping, so the group id cannot be reused), then reaps it.
-fn supervise(
-    pid: Pid,
-    timeout: Duration,
-    cancel: &Cancel,
-    cgroup: Option<&cgroup::CallCgroup>,
-) -> Result<Ended, CallError> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Wait for exit without reaping: the zombie keeps the pid and group id reserved.
-        let r = loop {
-            match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                other => break other.map(|_| ()),
-            }
-        };
-        let _ = tx.send(r);
-    });
-    let deadline = Instant::now() + timeout;
-    let (mut timed_out, mut cancelled) = (false, false);
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            timed_out = true;
-        } else if cancel.is_cancelled() {
-            cancelled = true;
-        } else {
-            match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-                _ => break,
-            }
-        }
-        let _ = killpg(pid, Signal::SIGKILL);
-        // Before the helper's setsid there is no group yet: kill the helper itself.
-        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-        let _ = rx.recv();
-        break;
-    }
-    kill_group(pid, cgroup);
-    let mut status = 0;
-    // SAFETY: rusage is plain data the kernel fills; status is a valid i32 out-pointer.
-    #[allow(unsafe_code)]
-    let (r, rusage) = unsafe {
-        let mut rusage: libc::rusage = std::mem::zeroed();
-        let r = libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage);
-        (r, rusage)
-    };
-    if r < 0 {
-        return Err(CallError::new(ErrorCode::Internal, format!("wait4: {}", std::io::Error::last_os_error())));
-    }
-    // Any other child of warden's in the call's group (seccomp refuses
-    // `CLONE_PARENT`, so there should be none) is reaped too: no zombie piles up.
-    while let Ok(s) = waitid(Id::PGid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
-        if s == nix::sys::wait::WaitStatus::StillAlive {
-            break;
-        }
-    }
-    Ok(Ended { status, rusage, timed_out, cancelled })
-}
-
-/// Sends SIGKILL to the group until nothing in it is left.
-/// With the call's pids cgroup (as root) its `cgroup.procs` names the live
-/// members (zombies are not listed, and no member can leave: `setsid` and
-/// `setpgid` are refused, the cgroup files are outside every grant); without
-/// one, `/proc` is scanned, which costs a read per process on the host.
-fn kill_group(pgid: Pid, cgroup: Option<&cgroup::CallCgroup>) {
-    for _ in 0..1000 {
-        if let Err(nix::errno::Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
-            return;
-        }
-        // Only the zombie leader may remain: check whether any other member lives.
-        let live = match cgroup {
-            Some(c) => c.pids().iter().any(|p| *p != pgid.as_raw()),
-            None => group_has_live_members(pgid),
-        };
-        if !live {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn group_has_live_members(pgid: Pid) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
-    dir.filter_map(Result::ok).any(|e| {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else { return false };
-        if pid == pgid.as_raw() {
-            return false;
-        }
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
-            // Fields after the command (which may contain spaces): state ppid pgrp ...
-            stat.rsplit_once(')').is_some_and(|(_, rest)| {
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                f.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid.as_raw()) && f.first() != Some(&"Z")
-            })
-        })
-    })
 }
 
 /// Reads the helper's report lines from its socket (the program never holds it).
