@@ -69,6 +69,8 @@ const MAX_ARG_STRING: usize = 4096;
 const MAX_ARGS_BYTES: usize = 16 << 10;
 /// How far back from the end a writer looks for the last line.
 const TAIL_WINDOW: u64 = 1 << 20;
+/// How far it looks first: two of the longest records.
+const NEAR_WINDOW: u64 = 2 * MAX_RECORD_BYTES as u64;
 /// The longest line the log holds, its newline included, and the space reserved
 /// for each call in flight. A record is at most: the arguments (cut to
 /// `MAX_ARGS_BYTES` = 16 KiB of JSON), the tool name (256 characters, at most
@@ -690,12 +692,27 @@ impl AuditLog {
 
     /// Finds the last complete line before the fill, moving torn ones aside first.
     fn read_head(&self, size: u64) -> std::io::Result<Head> {
-        let genesis = |len| Head { len, seq: 0, prev: GENESIS.into(), size };
+        // The last line is most often within a record's length of the end: read
+        // that much first (a `warden call` opens the log every time, and a
+        // megabyte read at each was a tenth of a millisecond), the whole window
+        // only when no line ends there.
+        match self.read_head_within(size, NEAR_WINDOW)? {
+            Some(head) => Ok(head),
+            None => self
+                .read_head_within(size, TAIL_WINDOW)?
+                .ok_or_else(|| std::io::Error::other("the last audit record is longer than 1 MiB")),
+        }
+    }
+
+    /// [`AuditLog::read_head`] looking back at most `window` bytes: `None` when
+    /// no whole line lies within them.
+    fn read_head_within(&self, size: u64, window: u64) -> std::io::Result<Option<Head>> {
+        let genesis = |len| Some(Head { len, seq: 0, prev: GENESIS.into(), size });
         let end = self.content_end(size)?;
         if end == 0 {
             return Ok(genesis(0));
         }
-        let start = end.saturating_sub(TAIL_WINDOW);
+        let start = end.saturating_sub(window);
         let mut tail = vec![0u8; (end - start) as usize];
         self.file.read_exact_at(&mut tail, start)?;
         // Torn lines at the end: one without its newline (a crash mid-append),
@@ -710,7 +727,7 @@ impl AuditLog {
                 break;
             }
             if from == 0 && start > 0 {
-                return Err(std::io::Error::other("the last audit record is longer than 1 MiB"));
+                return Ok(None);
             }
             keep = from;
         }
@@ -750,13 +767,14 @@ impl AuditLog {
         let last = match body.iter().rposition(|&b| b == b'\n') {
             Some(i) => &body[i + 1..],
             None if start == 0 => body,
-            None => return Err(std::io::Error::other("the last audit record is longer than 1 MiB")),
+            // The torn lines (if any) are fill now: the next look starts at the cut.
+            None => return Ok(None),
         };
         let seq = serde_json::from_slice::<Value>(last)
             .ok()
             .and_then(|v| v.get("seq").and_then(Value::as_u64))
             .ok_or_else(|| std::io::Error::other("the last audit record is not a warden record (no seq)"))?;
-        Ok(Head { len, seq, prev: sha256_hex(last), size })
+        Ok(Some(Head { len, seq, prev: sha256_hex(last), size }))
     }
 }
 
@@ -1084,6 +1102,40 @@ mod tests {
         let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((v.records, v.torn_line, v.problem), (4, None, None));
         assert!(path.with_extension("jsonl.torn").exists());
+    }
+
+    /// The head is looked for near the end first ([`NEAR_WINDOW`]), then over
+    /// the whole window: a torn tail longer than the near window (a crash in a
+    /// group commit of large records) still finds the last whole line behind it.
+    #[test]
+    fn a_torn_tail_longer_than_the_near_window_is_still_moved_aside() {
+        let (_d, path) = log_with(3);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let torn = format!("{{\"ts\":\"{}", "x".repeat(3 * NEAR_WINDOW as usize));
+        f.write_all(torn.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
+        let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v.records, v.torn_line, v.problem), (4, None, None));
+        let aside = fs::read_to_string(path.with_extension("jsonl.torn")).unwrap_or_default();
+        assert_eq!(aside.trim_end(), torn);
+        // And a log whose last line is far from the end without being torn (a
+        // line longer than the near window, as an older warden could write).
+        let (_d2, path2) = log_with(1);
+        let mut f = OpenOptions::new().append(true).open(&path2).unwrap_or_else(|e| panic!("{e}"));
+        let text = fs::read_to_string(&path2).unwrap_or_default();
+        let first: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}"));
+        let mut long = first.clone();
+        long["seq"] = serde_json::json!(2);
+        long["prev"] = serde_json::json!(sha256_hex(text.trim().as_bytes()));
+        long["args"] = serde_json::json!({"text": "y".repeat(2 * NEAR_WINDOW as usize)});
+        f.write_all(format!("{long}\n").as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let log = AuditLog::open(&path2).unwrap_or_else(|e| panic!("{e}"));
+        log.append(&record("after")).unwrap_or_else(|e| panic!("{e}"));
+        let last: Value =
+            serde_json::from_str(fs::read_to_string(&path2).unwrap_or_default().lines().last().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(last["seq"], 3, "chained after the long line: {last}");
     }
 
     fn size(path: &Path) -> u64 {

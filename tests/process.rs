@@ -430,7 +430,9 @@ fn as_root_the_tool_runs_inside_every_cgroup_of_its_call() {
     let sandbox = &rec["sandbox"];
     assert_eq!(sandbox["processes"], "pids-cgroup", "{rec}");
     let line = |controller: &str| {
-        out.lines().find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|n| n == controller))).map(str::to_string)
+        out.lines()
+            .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|n| n == controller)))
+            .map(str::to_string)
     };
     let unified = out.lines().all(|l| l.starts_with("0::"));
     let pids = if unified { out.lines().next().map(str::to_string) } else { line("pids") };
@@ -442,7 +444,9 @@ fn as_root_the_tool_runs_inside_every_cgroup_of_its_call() {
         assert!(memory.ends_with(&format!("/{name}")), "the tool is not in the call's memory cgroup {name}: {out}");
     }
     // The call's cgroups are gone once it ended.
-    assert!(!Path::new("/sys/fs/cgroup/pids").join(&name).exists() && !Path::new("/sys/fs/cgroup").join(&name).exists());
+    assert!(
+        !Path::new("/sys/fs/cgroup/pids").join(&name).exists() && !Path::new("/sys/fs/cgroup").join(&name).exists()
+    );
 }
 
 #[test]
