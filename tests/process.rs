@@ -414,6 +414,69 @@ fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
     }
 }
 
+/// A tool that reopens its own stdout for reading (`/proc/self/fd/1`) and,
+/// from a child spinning on it, takes each byte it writes before warden can:
+/// poll then tells warden the pipe is readable when it no longer is. A read
+/// that blocked there would stop warden's loop, and with it the deadline (the
+/// tool would run on unbounded). The race is lost or won per call, so five calls
+/// make the attempt; each must end at its timeout.
+#[test]
+fn a_tool_taking_its_own_output_first_still_meets_its_timeout() {
+    let env = Env::new();
+    let p = policy(&env, "", "timeout = \"3s\"");
+    let script = [
+        "import os, time",
+        "r = os.open('/proc/self/fd/1', os.O_RDONLY | os.O_NONBLOCK)",
+        "if os.fork() == 0:",
+        "    t = time.time()",
+        "    while time.time() - t < 2.5:",
+        "        try:",
+        "            if os.read(r, 65536) and not os.path.exists('stolen.txt'):",
+        "                open('stolen.txt', 'w').write('1')",
+        "        except BlockingIOError:",
+        "            pass",
+        "    time.sleep(60)",
+        "t = time.time()",
+        "while time.time() - t < 2 and not os.path.exists('stolen.txt'):",
+        "    os.write(1, b'x')",
+        "    time.sleep(0.001)",
+        "for i in range(100):",
+        "    os.write(1, b'x')",
+        "    time.sleep(0.001)",
+        "time.sleep(60)",
+    ];
+    std::fs::write(env.ws.join("steal.py"), script.join("\n") + "\n").unwrap();
+    for round in 0..5 {
+        let _ = std::fs::remove_file(env.ws.join("stolen.txt"));
+        let mut c = env.command(&[
+            "--policy",
+            &p,
+            "call",
+            "shell",
+            &json!({"command": format!("{PYTHON} steal.py")}).to_string(),
+        ]);
+        let mut child = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.is_some(), "round {round}: warden did not end the call 17 s past its 3 s timeout");
+        let out = child.wait_with_output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert_eq!(doc["error"]["code"], "TIMEOUT", "round {round}: {doc}");
+        let stolen = env.ws.join("stolen.txt").exists();
+        assert!(stolen, "round {round}: the attack was not made (nothing taken from the pipe): {doc}");
+    }
+}
+
 /// As root the tool runs inside each of its call's cgroups (pids, and memory
 /// where that is a hierarchy of its own), which the helper joined before it
 /// made the tool; the record names the pids cgroup and whether memory had one.

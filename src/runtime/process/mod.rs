@@ -370,7 +370,7 @@ impl ProcessRuntime {
         let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
-        let supervise::Watched { ended, stdout, stderr } = supervise::supervise(
+        let supervise::Watched { ended, stdout, stderr, cut_short } = supervise::supervise(
             pid,
             child.stdout.take(),
             child.stderr.take(),
@@ -440,7 +440,7 @@ impl ProcessRuntime {
         let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
         // Both streams within max_output together, each keeping its head and tail.
         let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
-        let truncated = out_text.dropped > 0 || err_text.dropped > 0;
+        let truncated = out_text.dropped > 0 || err_text.dropped > 0 || cut_short;
         let usage = Usage {
             cpu_ms: cpu.as_secs_f64() * 1000.0,
             max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,

@@ -40,11 +40,19 @@ pub(super) struct Ended {
     pub cancelled: bool,
 }
 
+/// Chunks on their way to the tap, at most this many at once: past that,
+/// the pipe is not read until the tap catches up (the tool then waits on its
+/// full pipe, as it would on a slow terminal), while the deadline still holds.
+const TAP_QUEUE: usize = 16;
+
 /// What the watch saw: how the helper ended, and what it printed.
 pub(super) struct Watched {
     pub ended: Result<Ended, CallError>,
     pub stdout: capture::HeadTail,
     pub stderr: capture::HeadTail,
+    /// A pipe still open [`DRAIN_GRACE`] after the group died was left unread:
+    /// what it held is missing (the result says truncated).
+    pub cut_short: bool,
 }
 
 /// One of the helper's output pipes.
@@ -52,22 +60,97 @@ struct Pipe<R> {
     which: Stream,
     reader: Option<R>,
     kept: capture::HeadTail,
+    /// A chunk the tap's queue had no room for yet; the pipe waits until it has.
+    pending: Option<Vec<u8>>,
 }
 
 impl<R: Read + AsFd> Pipe<R> {
-    /// Reads once (poll said it would not block): a chunk, or the end.
-    fn read_once(&mut self, buf: &mut [u8], tap: Option<&OutputTap>) {
+    fn new(which: Stream, reader: Option<R>, cap: usize) -> Pipe<R> {
+        // Non-blocking: poll's "readable" is only a hint (the tool can reopen its
+        // own stdout through /proc/self/fd and take the bytes first), and a read
+        // that blocked here would stop the deadline and the cancel switch.
+        if let Some(r) = &reader
+            && let Err(e) = rustix::io::ioctl_fionbio(r.as_fd(), true)
+        {
+            tracing::warn!("cannot make the tool's {which:?} pipe non-blocking: {e}");
+        }
+        Pipe { which, reader, kept: capture::HeadTail::new(cap), pending: None }
+    }
+
+    /// Whether to poll it: open, and nothing waiting for the tap.
+    fn wants_input(&self) -> bool {
+        self.reader.is_some() && self.pending.is_none()
+    }
+
+    /// Reads once: a chunk, the end, or nothing (another reader took it).
+    fn read_once(&mut self, buf: &mut [u8], tap: Option<&TapFeed>) {
         let Some(reader) = self.reader.as_mut() else { return };
         match reader.read(buf) {
             Ok(0) => self.reader = None,
             Ok(n) => {
-                if let Some(tap) = tap {
-                    tap(self.which, &buf[..n]);
-                }
                 self.kept.push(&buf[..n]);
+                if let Some(feed) = tap {
+                    self.pending = feed.offer(self.which, buf[..n].to_vec());
+                }
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock) => {}
             Err(_) => self.reader = None,
+        }
+    }
+
+    /// Hands the waiting chunk to the tap if its queue has room now.
+    fn flush(&mut self, tap: Option<&TapFeed>) {
+        if let (Some(chunk), Some(feed)) = (self.pending.take(), tap) {
+            self.pending = feed.offer(self.which, chunk);
+        }
+    }
+}
+
+/// The tap, called on a thread of its own (a tap may block: `--stream`
+/// writes to a terminal that may be stopped), fed through a bounded queue.
+struct TapFeed {
+    queue: std::sync::mpsc::SyncSender<(Stream, Vec<u8>)>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl TapFeed {
+    fn start(tap: &OutputTap) -> TapFeed {
+        let (queue, chunks) = std::sync::mpsc::sync_channel::<(Stream, Vec<u8>)>(TAP_QUEUE);
+        let tap = tap.clone();
+        let thread = std::thread::spawn(move || {
+            for (which, chunk) in chunks {
+                tap(which, &chunk);
+            }
+        });
+        TapFeed { queue, thread }
+    }
+
+    /// Queues `chunk`; gives it back when the queue is full.
+    fn offer(&self, which: Stream, chunk: Vec<u8>) -> Option<Vec<u8>> {
+        match self.queue.try_send((which, chunk)) {
+            Ok(()) | Err(std::sync::mpsc::TrySendError::Disconnected(_)) => None,
+            Err(std::sync::mpsc::TrySendError::Full((_, chunk))) => Some(chunk),
+        }
+    }
+
+    /// Delivers what is left (the tool is gone: waiting on the tap now holds
+    /// only the call's return) and waits for the tap to finish.
+    fn finish(self, pipes: [Option<(Stream, Vec<u8>)>; 2]) {
+        for (which, chunk) in pipes.into_iter().flatten() {
+            let _ = self.queue.send((which, chunk));
+        }
+        drop(self.queue);
+        let _ = self.thread.join();
+    }
+}
+
+/// Kills the helper's group if the watch unwinds, so no tool outlives it.
+struct KillOnUnwind(Pid);
+
+impl Drop for KillOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            kill_helper(self.0);
         }
     }
 }
@@ -87,8 +170,10 @@ pub(super) fn supervise(
     cancel: &Cancel,
     cgroup: Option<&CallCgroup>,
 ) -> Watched {
-    let mut out = Pipe { which: Stream::Stdout, reader: stdout, kept: capture::HeadTail::new(cap) };
-    let mut err = Pipe { which: Stream::Stderr, reader: stderr, kept: capture::HeadTail::new(cap) };
+    let _guard = KillOnUnwind(pid);
+    let mut out = Pipe::new(Stream::Stdout, stdout, cap);
+    let mut err = Pipe::new(Stream::Stderr, stderr, cap);
+    let feed = tap.map(TapFeed::start);
     // Without a pidfd (a kernel before 5.3), the exit is looked for at every tick.
     let pidfd = pidfd_open(pid).ok();
     let deadline = Instant::now() + timeout;
@@ -96,9 +181,15 @@ pub(super) fn supervise(
     let mut exited_at: Option<Instant> = None;
     let mut buf = vec![0u8; 64 << 10];
     let mut failure = None;
+    let mut cut_short = false;
     loop {
         if let Some(at) = exited_at {
-            if (out.reader.is_none() && err.reader.is_none()) || at.elapsed() > DRAIN_GRACE {
+            if out.reader.is_none() && err.reader.is_none() {
+                break;
+            }
+            if at.elapsed() > DRAIN_GRACE || failure.is_some() {
+                cut_short = true;
+                tracing::warn!("the tool's output pipes were still open {DRAIN_GRACE:?} after its group died");
                 break;
             }
         } else if !killed {
@@ -112,16 +203,23 @@ pub(super) fn supervise(
                 killed = true;
             }
         }
-        let tick = match exited_at {
+        out.flush(feed.as_ref());
+        err.flush(feed.as_ref());
+        let waiting_on_tap = out.pending.is_some() || err.pending.is_some();
+        let mut tick = match exited_at {
             Some(at) => DRAIN_GRACE.saturating_sub(at.elapsed()),
             None if killed => CANCEL_POLL,
             None => CANCEL_POLL.min(deadline.saturating_duration_since(Instant::now())),
         };
+        if waiting_on_tap {
+            // Looked at again soon: the tap may have made room.
+            tick = tick.min(Duration::from_millis(1));
+        }
         let watch_exit = exited_at.is_none();
         let (out_ready, err_ready, exit_ready) = {
             let watched = [
-                out.reader.as_ref().map(AsFd::as_fd),
-                err.reader.as_ref().map(AsFd::as_fd),
+                out.reader.as_ref().filter(|_| out.wants_input()).map(AsFd::as_fd),
+                err.reader.as_ref().filter(|_| err.wants_input()).map(AsFd::as_fd),
                 pidfd.as_ref().filter(|_| watch_exit).map(AsFd::as_fd),
             ];
             let mut fds = Vec::with_capacity(3);
@@ -133,7 +231,9 @@ pub(super) fn supervise(
                 }
             }
             let [o, e, p] = at;
-            let wait = PollTimeout::try_from(tick).unwrap_or(PollTimeout::MAX);
+            // Rounded up: a wait under a millisecond would be no wait, and spin.
+            let ms = tick.as_micros().div_ceil(1000);
+            let wait = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
             match poll(&mut fds, wait) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => {
@@ -146,10 +246,10 @@ pub(super) fn supervise(
             (ready(o), ready(e), ready(p))
         };
         if out_ready {
-            out.read_once(&mut buf, tap);
+            out.read_once(&mut buf, feed.as_ref());
         }
         if err_ready {
-            err.read_once(&mut buf, tap);
+            err.read_once(&mut buf, feed.as_ref());
         }
         if watch_exit && (exit_ready || (pidfd.is_none() && has_exited(pid))) {
             // The helper is a zombie now (not reaped: it keeps the pid and the
@@ -159,17 +259,22 @@ pub(super) fn supervise(
             exited_at = Some(Instant::now());
         }
         if failure.is_some() && exited_at.is_none() {
-            // poll itself failed: wait for the exit the old way.
-            let _ = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT);
+            // poll itself failed (the helper was killed): wait for the exit without it.
+            while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+            {
+            }
             kill_group(pid, cgroup);
             exited_at = Some(Instant::now());
         }
+    }
+    if let Some(feed) = feed {
+        feed.finish([out.pending.take().map(|c| (out.which, c)), err.pending.take().map(|c| (err.which, c))]);
     }
     let ended = reap(pid, timed_out, cancelled).and_then(|e| match failure {
         Some(why) => Err(CallError::new(ErrorCode::Internal, why)),
         None => Ok(e),
     });
-    Watched { ended, stdout: out.kept, stderr: err.kept }
+    Watched { ended, stdout: out.kept, stderr: err.kept, cut_short }
 }
 
 /// The helper, and its group once it made one (before its `setsid` there is none).
