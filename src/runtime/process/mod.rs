@@ -4,14 +4,16 @@
 //! The host never `fork()`s itself with hooks (slow with a large host, and only
 //! async-signal-safe calls are legal in the child of a multithreaded process):
 //! it spawns `warden` again as a small single-threaded [`helper`] that confines
-//! itself and then `execve`s the tool. The host supervises: stdout and stderr
-//! read concurrently with byte caps, a wall-clock timeout, and on completion,
-//! timeout or cap, `SIGKILL` to the whole process group (descendants cannot
-//! leave it: seccomp refuses `setsid`/`setpgid`), so no process outlives its call.
+//! itself and then `execve`s the tool. The host supervises in one `poll` loop
+//! (`supervise`): stdout and stderr read as they come with byte caps, the
+//! helper's exit, a wall-clock timeout and the cancel switch, and on
+//! completion, timeout or cancel, `SIGKILL` to the whole process group
+//! (descendants cannot leave it: seccomp refuses `setsid`/`setpgid`), so no
+//! process outlives its call.
 //!
 //! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
-//! [`namespaces`], [`netns`], [`mounts`], [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`];
-//! [`spec`] is what the host hands the helper.
+//! [`namespaces`], [`netns`], [`mounts`], [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`],
+//! `supervise`; [`spec`] is what the host hands the helper.
 
 pub mod cgroup;
 pub mod helper;
