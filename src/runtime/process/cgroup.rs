@@ -135,9 +135,14 @@ impl CallCgroup {
         self.files("cgroup.procs")
     }
 
-    /// In v1, the `tasks` files a single-threaded process writes `0` to, to
-    /// move its one thread (and so itself) into every cgroup of the call; empty
-    /// in v2, which has no such file for a domain cgroup.
+    /// How many hierarchies hold the call's cgroups.
+    pub fn hierarchies(&self) -> usize {
+        self.files("cgroup.procs").len()
+    }
+
+    /// The files a single-threaded process writes `0` to, to move itself into
+    /// every cgroup of the call: in v1 `tasks` (its one thread, and so itself);
+    /// in v2, which has no such file for a domain cgroup, `cgroup.procs`.
     ///
     /// Why: moving a whole process (`cgroup.procs`, or another thread's id)
     /// takes the kernel's global `cgroup_threadgroup_rwsem` for writing, which
@@ -145,7 +150,7 @@ impl CallCgroup {
     /// `warden call`. A thread moving itself needs no such lock (the kernel
     /// skips it when the thread is the caller): about 60 µs.
     pub fn self_join_files(&self) -> Vec<PathBuf> {
-        if self.version == "v1" { self.files("tasks") } else { Vec::new() }
+        self.files(if self.version == "v1" { "tasks" } else { "cgroup.procs" })
     }
 
     fn files(&self, name: &str) -> Vec<PathBuf> {

@@ -157,38 +157,24 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         return Err("the host exited before the tool started".into());
     }
 
-    // 4. The call's cgroups. In v1 this single-threaded helper moves its one
-    // thread by writing 0 to `tasks`, which (unlike moving a process) takes no
-    // lock that waits for an RCU grace period; then it checks where it is.
-    if !spec.cgroup_tasks.is_empty() {
-        for tasks in &spec.cgroup_tasks {
-            std::fs::write(tasks, "0")
-                .map_err(|e| format!("cannot join the call's cgroup {}: {e}", tasks.display()))?;
+    // 4. The call's cgroups: the helper moves itself in where the host did not
+    // (in v1 always: its one thread, through `tasks`, which takes no lock that
+    // waits for an RCU grace period), then checks it is in each of them.
+    if let Some(cg) = &spec.cgroup {
+        for file in &cg.join {
+            std::fs::write(file, "0").map_err(|e| format!("cannot join the call's cgroup {}: {e}", file.display()))?;
         }
         let mine =
             std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
         // One line per hierarchy; each of the call's is named `warden-<id>`.
-        let name = spec.cgroup_tasks[0].parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy());
-        let inside = mine.lines().filter(|l| l.rsplit('/').next() == name.as_deref()).count();
-        if inside < spec.cgroup_tasks.len() {
+        let inside = mine.lines().filter(|l| l.rsplit('/').next() == Some(cg.name.as_str())).count();
+        if inside < cg.hierarchies {
             return Err(format!(
-                "the helper is in {inside} of the call's {} cgroups after joining them: {}",
-                spec.cgroup_tasks.len(),
+                "the helper is in {inside} of the call's {} cgroups ({}) after joining them: {}",
+                cg.hierarchies,
+                cg.name,
                 mine.trim()
             ));
-        }
-        r.cgroup = true;
-    } else if let Some(name) = &spec.cgroup_joined {
-        let mine =
-            std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        if !mine.lines().any(|l| l.rsplit('/').next() == Some(name.as_str())) {
-            return Err(format!("the host did not move the helper into the pids cgroup {name}"));
-        }
-        r.cgroup = true;
-    } else if !spec.cgroup_procs.is_empty() {
-        for procs in &spec.cgroup_procs {
-            std::fs::write(procs, std::process::id().to_string())
-                .map_err(|e| format!("cannot join the call's cgroup {}: {e}", procs.display()))?;
         }
         r.cgroup = true;
     }

@@ -174,8 +174,7 @@ impl ServerProcess {
 
     /// Kills the whole process group and waits for the program: its exit status as text.
     pub fn stop(&mut self) -> String {
-        let _ = killpg(self.pid, Signal::SIGKILL);
-        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        supervise::kill_helper(self.pid);
         let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
         supervise::kill_group(self.pid, self.cgroup.as_ref());
         self.cgroup = None;
@@ -668,9 +667,11 @@ impl ProcessRuntime {
                 }),
                 _ => None,
             },
-            cgroup_procs: cgroup.as_ref().map(cgroup::CallCgroup::procs_files).unwrap_or_default(),
-            cgroup_tasks: cgroup.as_ref().map(cgroup::CallCgroup::self_join_files).unwrap_or_default(),
-            cgroup_joined: None,
+            cgroup: cgroup.as_ref().map(|c| spec::CgroupJoin {
+                name: c.name(),
+                hierarchies: c.hierarchies(),
+                join: c.self_join_files(),
+            }),
             ipc_namespace: self.support.root,
             sysv_ipc: walls.sysv_ipc,
             inotify: walls.inotify,
@@ -707,14 +708,13 @@ impl ProcessRuntime {
         // In v1 the helper moves its one thread in by itself, which takes no
         // global lock (`CallCgroup::self_join_files`). In v2, moving a process
         // waits for an RCU grace period; done here, it overlaps the helper's own
-        // start. The helper then only checks it (and joins by itself if this failed).
+        // start, and the helper only checks it (joining by itself if this failed).
         let mut spec = spec;
-        if let Some(c) = &cgroup
-            && spec.cgroup_tasks.is_empty()
+        if let (Some(c), Some(join)) = (&cgroup, spec.cgroup.as_mut())
+            && c.version == "v2"
             && c.join(child.id()).is_ok()
         {
-            spec.cgroup_joined = Some(c.name());
-            spec.cgroup_procs = Vec::new();
+            join.join.clear();
         }
         let spec_json = serde_json::to_vec(&spec)
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;

@@ -39,19 +39,9 @@ pub struct SandboxSpec {
     /// `{tmp}` as a tmpfs of its own (as root; see [`super::tmpfs`]).
     #[serde(default)]
     pub tmp_quota: Option<TmpQuota>,
-    /// The call's cgroups (their `cgroup.procs` files: pids, and memory where
-    /// it is a hierarchy of its own) the helper joins before anything else, when
-    /// the host could not move it there.
+    /// The call's cgroups, which the helper is in before anything else runs.
     #[serde(default)]
-    pub cgroup_procs: Vec<PathBuf>,
-    /// The call's v1 cgroups' `tasks` files: the helper, single-threaded,
-    /// writes `0` to each to move itself in (see `CallCgroup::self_join_files`).
-    #[serde(default)]
-    pub cgroup_tasks: Vec<PathBuf>,
-    /// The pids cgroup the host already moved the helper into, by directory
-    /// name: the helper checks `/proc/self/cgroup` names it before going on.
-    #[serde(default)]
-    pub cgroup_joined: Option<String>,
+    pub cgroup: Option<CgroupJoin>,
     /// A private IPC namespace (as root): SysV IPC objects and POSIX message
     /// queues made by the call die with it, and no other process's are visible.
     #[serde(default)]
@@ -205,3 +195,17 @@ pub struct HelperReport {
 pub const REPORT_FD: i32 = 3;
 /// The most report bytes the host reads.
 pub const MAX_REPORT: u64 = 64 << 10;
+
+/// How the helper comes to be in the call's cgroups.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CgroupJoin {
+    /// Their directory name (`warden-<id>`, the same in every hierarchy).
+    pub name: String,
+    /// How many hierarchies hold them (pids, and memory where it is one of its own).
+    pub hierarchies: usize,
+    /// The files the helper writes `0` into, moving itself: in v1 each
+    /// hierarchy's `tasks` (its one thread, which takes no global lock; see
+    /// `CallCgroup::self_join_files`), in v2 `cgroup.procs` when the host could
+    /// not move it; empty when the host did.
+    pub join: Vec<PathBuf>,
+}

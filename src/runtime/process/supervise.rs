@@ -278,7 +278,7 @@ pub(super) fn supervise(
 }
 
 /// The helper, and its group once it made one (before its `setsid` there is none).
-fn kill_helper(pid: Pid) {
+pub(super) fn kill_helper(pid: Pid) {
     let _ = killpg(pid, Signal::SIGKILL);
     let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
 }
