@@ -492,13 +492,16 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         c(
             "priv-cgroup-leave",
-            "move the tool out of its pids cgroup: write its pid into the root cgroup.procs (v1 pids and v2)",
+            "move the tool out of its cgroups: its pid into the root cgroup.procs (v1 pids and v2), and 0 (the \
+             writing thread, the way warden's helper joins) into the root v1 tasks files of pids and memory",
             "Permission denied (/sys is not granted)",
             |s| {
                 let files: Vec<&str> = [
                     "/sys/fs/cgroup/cgroup.procs",
                     "/sys/fs/cgroup/pids/cgroup.procs",
                     "/sys/fs/cgroup/unified/cgroup.procs",
+                    "/sys/fs/cgroup/pids/tasks",
+                    "/sys/fs/cgroup/memory/tasks",
                 ]
                 .into_iter()
                 .filter(|p| Path::new(p).exists())
@@ -507,7 +510,13 @@ pub(crate) fn cases() -> Vec<Case> {
                     return Observed::skipped("no cgroup.procs file on this host");
                 }
                 let ws = s.ws("cgroup");
-                let cmd: Vec<String> = files.iter().map(|f| format!("echo $$ > {f} && echo MOVED")).collect();
+                let cmd: Vec<String> = files
+                    .iter()
+                    .map(|f| {
+                        let what = if f.ends_with("/tasks") { "0" } else { "$$" };
+                        format!("echo {what} > {f} && echo MOVED")
+                    })
+                    .collect();
                 let r = s.shell(&ws, SHELL, &cmd.join("; "));
                 let denied = r.err().matches("Permission denied").count();
                 Observed::new(r.success() && denied == files.len() && !r.out().contains("MOVED"), r.brief())
