@@ -6,6 +6,7 @@
 mod util;
 
 use serde_json::{Value, json};
+use util::mcp_stdio::McpStdio;
 use util::{Env, SECRET};
 
 #[test]
@@ -615,8 +616,9 @@ fn a_profile_offers_only_its_tools_at_its_stricter_tiers() {
     assert_eq!(last4[3]["profile"], "all");
 
     // Over MCP the same: tools/list shows the profile's tools only.
-    let mut served = Served::start(&env, &["--policy", policy, "--profile", "reader"]);
-    let listed = served.request("tools/list", json!({}));
+    let mut served = serve_stdio(&env, &["--policy", policy, "--profile", "reader"]);
+    let id = served.request("tools/list", json!({}));
+    let listed = served.wait(id);
     let names: Vec<&str> =
         listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["list_directory", "read_file"], "{listed}");
@@ -677,65 +679,13 @@ fn profile_mistakes_are_named_at_their_line() {
     );
 }
 
-/// `warden serve` over stdio, spoken to line by line.
-struct Served {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
-    next: u64,
-}
-
-impl Served {
-    fn start(env: &Env, flags: &[&str]) -> Served {
-        use std::io::BufRead;
-        let mut args: Vec<&str> = flags.to_vec();
-        args.push("serve");
-        let mut c = env.command(&args);
-        c.stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
-        let mut child = c.spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut s = Served { child, stdin, lines, next: 1 };
-        let init = s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
-        );
-        assert!(init["result"]["serverInfo"].is_object(), "{init}");
-        s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        s
-    }
-
-    fn send(&mut self, v: Value) {
-        use std::io::Write;
-        writeln!(self.stdin, "{v}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let line = self.lines.next().expect("serve closed stdout").unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == id {
-                return v;
-            }
-        }
-    }
-
-    /// `tools/call`: the result document warden puts in structuredContent.
-    fn call(&mut self, tool: &str, args: Value) -> Value {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
-        r["result"]["structuredContent"].clone()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `warden serve` over stdio in `env`, with `flags` before `serve`.
+fn serve_stdio(env: &Env, flags: &[&str]) -> McpStdio {
+    let mut args: Vec<&str> = flags.to_vec();
+    args.push("serve");
+    let mut c = env.command(&args);
+    c.stderr(std::process::Stdio::null());
+    McpStdio::start(c).unwrap_or_else(|reply| panic!("warden serve did not initialize: {reply}"))
 }
 
 #[test]
@@ -750,8 +700,8 @@ fn the_result_cache_serves_repeats_and_never_a_stale_result() {
         );
     let policy = env.write("warden.toml", &text);
     env.write("a.txt", "one\n");
-    let mut s = Served::start(&env, &["--policy", policy.to_str().unwrap()]);
-    let read = |s: &mut Served| s.call("read_file", json!({"path": "a.txt"}));
+    let mut s = serve_stdio(&env, &["--policy", policy.to_str().unwrap()]);
+    let read = |s: &mut McpStdio| s.call_doc("read_file", json!({"path": "a.txt"}));
 
     let first = read(&mut s);
     assert_eq!(first["result"]["content"], "one\n", "{first}");
@@ -769,21 +719,21 @@ fn the_result_cache_serves_repeats_and_never_a_stale_result() {
     assert_eq!(read(&mut s)["cache"]["hit"], true);
 
     // A new file elsewhere in the granted tree changes what list_directory (and read_file) may see.
-    let listed = s.call("list_directory", json!({"path": "."}));
-    assert_eq!(s.call("list_directory", json!({"path": "."}))["cache"]["hit"], true);
+    let listed = s.call_doc("list_directory", json!({"path": "."}));
+    assert_eq!(s.call_doc("list_directory", json!({"path": "."}))["cache"]["hit"], true);
     std::fs::write(env.ws.join("new.txt"), "").unwrap();
-    let relisted = s.call("list_directory", json!({"path": "."}));
+    let relisted = s.call_doc("list_directory", json!({"path": "."}));
     assert!(relisted.get("cache").is_none(), "{relisted}");
     assert_ne!(listed["result"], relisted["result"]);
 
     // Other arguments are another entry.
-    let other = s.call("read_file", json!({"path": "a.txt", "limit": 1}));
+    let other = s.call_doc("read_file", json!({"path": "a.txt", "limit": 1}));
     assert!(other.get("cache").is_none(), "{other}");
 
     // A write through warden empties the cache, even of results whose files it did not touch.
     assert!(read(&mut s).get("cache").is_none(), "new.txt changed the tree read_file reads too");
     assert_eq!(read(&mut s)["cache"]["hit"], true);
-    let w = s.call("write_file", json!({"path": "c.txt", "content": "x"}));
+    let w = s.call_doc("write_file", json!({"path": "c.txt", "content": "x"}));
     assert_eq!(w["status"], "success", "{w}");
     let after = read(&mut s);
     assert!(after.get("cache").is_none(), "{after}");

@@ -22,6 +22,9 @@ mod components;
 mod filesystem;
 mod hostside;
 mod itself;
+#[allow(dead_code)]
+#[path = "../util/mcp_stdio.rs"]
+mod mcp_stdio;
 mod network;
 mod persistence;
 mod policy;

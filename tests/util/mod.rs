@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+pub(crate) mod mcp_stdio;
+
 /// A temporary workspace plus a directory outside it.
 pub(crate) struct Env {
     pub root: tempfile::TempDir,

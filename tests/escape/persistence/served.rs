@@ -20,35 +20,25 @@
 //! absent (or, while `serve` runs, an empty placeholder) after every call, and
 //! absent with no placeholder left once `serve` is gone.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{
     PROFILE_NEW, Prepared, Route, Target, call_in, judge, ordinary_written, prepare, route_script, routes, shell_policy,
 };
+use crate::mcp_stdio::McpStdio;
 use crate::scene::{CANARY_VAR, Run, WARDEN, cache_dir, clip};
 use crate::{Observed, Scene};
 
-/// The longest one request to the server may take.
-const REPLY: Duration = Duration::from_secs(60);
-
-/// A `warden serve` over stdio, driven by hand-written JSON-RPC lines.
+/// A `warden serve` over stdio in the prepared workspace (the shared client),
+/// its stderr kept for the evidence.
 struct Served {
-    child: Child,
-    stdin: ChildStdin,
-    replies: mpsc::Receiver<Value>,
-    /// Replies that came while another was awaited, by id.
-    early: HashMap<u64, Value>,
-    next: u64,
-    /// Where its stderr goes (read for the evidence when it fails).
+    mcp: McpStdio,
     stderr: std::path::PathBuf,
 }
 
@@ -73,120 +63,27 @@ impl Served {
             .env_remove("XDG_CACHE_HOME")
             .env_remove("RUST_LOG")
             .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap());
-        let mut child = c.spawn().expect("cannot start warden serve");
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, replies) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let mut srv = Served { child, stdin, replies, early: HashMap::new(), next: 0, stderr };
-        let init = srv.send(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "escape", "version": "1"}}),
-        );
-        let answer = srv.wait(init);
-        assert!(answer.get("result").is_some(), "warden serve did not initialize: {answer} {}", srv.said());
-        srv.line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        srv
-    }
-
-    fn line(&mut self, v: Value) {
-        let mut text = v.to_string();
-        text.push('\n');
-        // A server that went away is seen by `wait`.
-        let _ = self.stdin.write_all(text.as_bytes());
-        let _ = self.stdin.flush();
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next += 1;
-        let id = self.next;
-        self.line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
+        let said = |stderr: &Path| clip(std::fs::read_to_string(stderr).unwrap_or_default().trim(), 300);
+        let mcp = McpStdio::start(c)
+            .unwrap_or_else(|reply| panic!("warden serve did not initialize: {reply} {}", said(&stderr)));
+        Served { mcp, stderr }
     }
 
     /// Starts `shell {command}`; its reply is read with [`Served::run`].
     fn call(&mut self, command: &str) -> u64 {
-        self.send("tools/call", json!({"name": "shell", "arguments": {"command": command}}))
-    }
-
-    /// The reply to `id` (a JSON-RPC error object when none came in time).
-    fn wait(&mut self, id: u64) -> Value {
-        let deadline = Instant::now() + REPLY;
-        loop {
-            if let Some(v) = self.early.remove(&id) {
-                return v;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.replies.recv_timeout(left) {
-                Ok(v) => match v.get("id").and_then(Value::as_u64) {
-                    Some(got) if got == id => return v,
-                    Some(got) => {
-                        self.early.insert(got, v);
-                    }
-                    // A notification or a request of the server's: not awaited here.
-                    None => {}
-                },
-                Err(_) => return json!({"error": {"message": format!("no reply to request {id} in {REPLY:?}")}}),
-            }
-        }
-    }
-
-    /// Whether a reply is waiting (kept in `early`).
-    fn peek(&mut self) -> bool {
-        while let Ok(v) = self.replies.try_recv() {
-            if let Some(id) = v.get("id").and_then(Value::as_u64) {
-                self.early.insert(id, v);
-            }
-        }
-        !self.early.is_empty()
+        self.mcp.call("shell", json!({"command": command}))
     }
 
     /// The call `id`'s result document, as a [`Run`] of `warden call` would hold it.
     fn run(&mut self, id: u64) -> Run {
-        let reply = self.wait(id);
-        match reply.pointer("/result/structuredContent") {
-            Some(doc) => Run { stdout: doc.to_string(), ..Run::default() },
-            None => Run { code: -1, stdout: reply.to_string(), ..Run::default() },
-        }
+        let doc = self.mcp.doc(id);
+        let code = if doc.get("status").is_some() { 0 } else { -1 };
+        Run { code, stdout: doc.to_string(), ..Run::default() }
     }
 
     fn said(&self) -> String {
         clip(std::fs::read_to_string(&self.stderr).unwrap_or_default().trim(), 300)
-    }
-
-    /// SIGKILL: nothing of `serve`'s own clean-up runs.
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Closes stdin, as a client that is done does, and waits for the exit.
-    fn close(mut self) -> Result<(), String> {
-        drop(self.stdin);
-        let deadline = Instant::now() + REPLY;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) if st.success() => return Ok(()),
-                Ok(Some(st)) => return Err(format!("serve ended with {st}")),
-                _ if Instant::now() > deadline => {
-                    let _ = self.child.kill();
-                    return Err("serve did not end after its stdin closed".into());
-                }
-                _ => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
     }
 }
 
@@ -271,7 +168,7 @@ pub(super) fn reuse(s: &Scene) -> Observed {
     }
     let moved = p.ws.join("moved-profile").exists();
     lines.push((!moved, format!("the placeholder renamed out from inside: {moved}")));
-    let closed = srv.close();
+    let closed = srv.mcp.close();
     lines.push(after_serve(&p, t, closed));
     let n = routes(t, "process").len();
     lines.insert(
@@ -292,7 +189,7 @@ pub(super) fn unsearchable(s: &Scene) -> Observed {
     let mut lines = Vec::new();
     let mode = |ws: &Path| std::fs::metadata(ws).map(|m| m.mode() & 0o777).unwrap_or(0o777);
     let holder = srv.call("chmod 000 \"$PWD\"; sleep 2; chmod 755 \"$PWD\"; echo restored");
-    if !until(|| mode(&p.ws) == 0 || srv.peek()) {
+    if !until(|| mode(&p.ws) == 0 || srv.mcp.peek()) {
         return Observed::new(false, format!("not proven: the chmod call neither ran nor ended ({})", srv.said()));
     }
     if mode(&p.ws) != 0 {
@@ -322,7 +219,7 @@ pub(super) fn unsearchable(s: &Scene) -> Observed {
         let (ok, line, _) = served_route(&mut srv, &p, route, "");
         lines.push((ok, line));
     }
-    let closed = srv.close();
+    let closed = srv.mcp.close();
     lines.push(after_serve(&p, t, closed));
     super::combine(lines)
 }
@@ -335,7 +232,7 @@ pub(super) fn killed(s: &Scene) -> Observed {
     let mut srv = Served::start(s, &p, &policy);
     let (ok, line, _) = served_route(&mut srv, &p, Route::Write, "");
     let mut lines = vec![(ok, line)];
-    srv.kill();
+    srv.mcp.kill();
     let left = p.file.is_dir();
     let r = call_in(s, &p.ws, &p.home, &policy, "shell", &json!({ "command": route_script(&p, Route::Symlink) }));
     let ran = ordinary_written(&p.ws, "ordinary-write.txt", &r);
