@@ -75,8 +75,6 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     // A server writes many records: they overwrite blank fill, so each
     // fdatasync commits data only (cut off again when the log is closed).
     executor.audit_log().grow_in_chunks(crate::audit::GROWTH_CHUNK);
-    // Calls that follow one another share the protected paths' placeholders.
-    crate::runtime::placeholders::linger(crate::runtime::placeholders::SERVE_LINGER);
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
     let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
     // One stdio client needs no worker pool: every hop of a frame (the gate,
@@ -101,13 +99,12 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     runtime.shutdown_timeout(Duration::from_secs(5));
     // The fill is cut off now, not when the last straggling call lets go of the log.
     shared.audit_log().close();
-    crate::runtime::placeholders::release_idle();
     result
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGHUP (the terminal `serve` ran in was
 /// closed); never, if they cannot be watched. Each ends `serve` the same way:
-/// jobs ended, the log's fill cut, idle placeholders removed.
+/// jobs ended, the log's fill cut.
 async fn signalled() {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup())) {
@@ -139,8 +136,8 @@ async fn stdio(shared: Arc<Shared>) -> Result<(), String> {
         }
     };
     // A signal ends `serve` at once (it would otherwise kill the process with
-    // nothing cleaned up): jobs ended and recorded here, the log's fill cut and
-    // idle placeholders removed by the caller. rmcp is not waited for then: it
+    // nothing cleaned up): jobs ended and recorded here, the log's fill cut by
+    // the caller. rmcp is not waited for then: it
     // waits on its stdin reader.
     let mut signalled_out = false;
     let served = match WardenServer::new(shared, true, owner).serve((input, output)).await {

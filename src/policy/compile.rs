@@ -762,6 +762,15 @@ fn compile_tool(
     };
     let sysv_ipc = process_flag("sysv_ipc", &t.sysv_ipc);
     let inotify = process_flag("inotify", &t.inotify);
+    let git_init = process_flag("fs.git_init", &t.fs.git_init);
+    if let Some(v) = t.fs.git_init.as_ref().filter(|v| *v.get_ref())
+        && !paths.iter().any(|p| p.write)
+    {
+        c.problem(
+            v.span(),
+            format!("tool {name}: fs.git_init = true needs an fs.write grant to create repositories in"),
+        );
+    }
 
     let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
 
@@ -784,7 +793,19 @@ fn compile_tool(
         runner,
         description: t.description.as_ref().map(|d| d.get_ref().clone()),
         tier,
-        grants: Grants { paths, net, allow_private, env_pass, env_set, sysv_ipc, inotify, system, deny, unprotect },
+        grants: Grants {
+            paths,
+            net,
+            allow_private,
+            env_pass,
+            env_set,
+            sysv_ipc,
+            inotify,
+            system,
+            deny,
+            unprotect,
+            git_init,
+        },
         limits,
         rules,
         location: c.location(span),

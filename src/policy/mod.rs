@@ -335,6 +335,9 @@ pub struct Grants {
     pub deny: Vec<DenyEntry>,
     /// `fs.unprotect`: built-in protected paths this tool may write after all.
     pub unprotect: Vec<PathBuf>,
+    /// `fs.git_init = true`: the tool may create git repositories, whose config
+    /// and hooks are vetted before they reach the host (process tools and servers).
+    pub git_init: bool,
 }
 
 /// One `fs.deny_read` or `fs.deny_write` entry, placeholders expanded.

@@ -108,7 +108,7 @@ pub(crate) struct RawTool {
     pub(crate) background: Option<Spanned<bool>>,
 }
 
-/// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect`
+/// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect` / `fs.git_init`
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFs {
@@ -125,6 +125,8 @@ pub(crate) struct RawFs {
     /// Built-in protected paths this tool may write after all.
     #[serde(default)]
     pub(crate) unprotect: Vec<Spanned<String>>,
+    /// The tool may create git repositories (their config and hooks vetted).
+    pub(crate) git_init: Option<Spanned<bool>>,
 }
 
 /// `net.connect`, `net.allow_private`

@@ -6,7 +6,8 @@
 //! Nothing here decides whether a call may run; the executor did that already.
 
 pub mod capture;
-pub mod placeholders;
+pub mod layer;
+pub mod persist;
 pub mod process;
 pub mod progress;
 pub mod protect;
@@ -232,6 +233,7 @@ impl Walls {
             unprotect: &g.unprotect,
             tmp: tmp.as_ref().map(|t| t.path.as_path()),
             expand_globs,
+            git_init: g.git_init,
         })
         .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
         let mut env = Vec::new();

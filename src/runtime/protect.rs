@@ -10,7 +10,6 @@
 //! patterns they came from ([`DenyPattern`], which the WASI host matches at
 //! every access, so a file created during the call is covered too).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -43,8 +42,8 @@ pub enum Kind {
     Dir,
     /// A single file.
     File,
-    /// Does not exist: nothing may be created there (a process call covers it
-    /// with an empty directory for its duration: [`super::placeholders::Placeholders`]).
+    /// Does not exist: nothing may be created there (what a process call
+    /// makes there stays in its layer: [`super::layer`]).
     Absent,
 }
 
@@ -131,6 +130,12 @@ pub struct Protection {
     pub rules: Vec<PathRule>,
     /// The patterns, for runtimes that check every access (the WASI host).
     pub patterns: Vec<DenyPattern>,
+    /// `fs.unprotect`: paths this tool may write after all.
+    #[serde(default)]
+    pub unprotect: Vec<PathBuf>,
+    /// `fs.git_init`: the tool may create repositories (vetted).
+    #[serde(default)]
+    pub git_init: bool,
 }
 
 impl Protection {
@@ -160,17 +165,10 @@ impl Protection {
     }
 }
 
-/// The built-in protected entries at the root of every write grant: each
-/// is something a program on the host runs, or reads to decide what to run,
-/// outside any sandbox (docs/security.md, "Protected paths", says why each).
+/// The shells' start-up files, protected at the root of every write grant
+/// (they matter where a grant is a home directory); the names that matter at
+/// any depth are [`super::persist::AUTO_RUN`], protected at each root too.
 pub const PROTECTED_AT_ROOT: &[(&str, &str)] = &[
-    (".envrc", "direnv runs it in the user's shell when they enter the directory"),
-    (".vscode", "VS Code runs tasks.json and launch settings when the folder is opened"),
-    (".idea", "JetBrains IDEs run its run configurations and startup tasks"),
-    (".mcp.json", "agents start the MCP servers it lists, on the host"),
-    (".claude", "Claude Code runs the hooks and MCP servers its settings name"),
-    (".cursor", "Cursor starts the MCP servers and runs the rules it holds"),
-    (".gitmodules", "`git submodule update` clones and checks out what it names"),
     (".bashrc", "bash runs it at every interactive start"),
     (".bash_profile", "bash runs it at every login"),
     (".bash_login", "bash runs it at every login"),
@@ -219,12 +217,15 @@ pub struct ProtectInput<'a> {
     /// Expand glob patterns to concrete paths (for the mount namespace);
     /// components match patterns at every access instead.
     pub expand_globs: bool,
+    /// `fs.git_init`.
+    pub git_init: bool,
 }
 
 impl Protection {
     /// The protected and denied paths of one call.
     pub fn for_call(input: &ProtectInput<'_>) -> Result<Protection, String> {
-        let mut out = Protection::default();
+        let mut out =
+            Protection { unprotect: input.unprotect.to_vec(), git_init: input.git_init, ..Protection::default() };
         let roots: Vec<&PathBuf> = input
             .dirs
             .iter()
@@ -233,7 +234,7 @@ impl Protection {
             .collect();
         let home = std::env::var_os("HOME").map(PathBuf::from).and_then(|h| h.canonicalize().ok());
         for root in &roots {
-            for (name, why) in PROTECTED_AT_ROOT {
+            for (name, why) in super::persist::AUTO_RUN.iter().chain(PROTECTED_AT_ROOT) {
                 out.protect(root, &root.join(name), why, &roots);
             }
             if home.as_deref() == Some(root.as_path()) {
@@ -477,30 +478,9 @@ enum FileKind {
     Link,
 }
 
-/// What is at `path`, not following a final link; a placeholder of another
-/// call ([`super::placeholders::Placeholders`]) counts as nothing.
+/// What is at `path`, not following a final link.
 fn fs_kind(path: &Path) -> Option<FileKind> {
     let m = std::fs::symlink_metadata(path).ok()?;
-    // A placeholder, or one that its last holder removed since the stat (the
-    // name is absent again: counting it a directory would have the helper
-    // mount over nothing, found by the MCP load test). Both questions go to one
-    // inode, opened once: asked by name twice, another call could remove its
-    // placeholder and a third make a new one in between, and the new one would
-    // count as a real directory that nobody holds (found by the load test run
-    // unprivileged, 3 calls in 5,000).
-    if m.is_dir() && m.nlink() == 2 {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        // The path is the tool's to change: no link anywhere on it is followed (as
-        // in `placeholders::Placeholders::acquire`), and `O_DIRECTORY` never opens a FIFO or device.
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve) {
-            Err(rustix::io::Errno::NOENT) => return None,
-            Ok(fd) if super::placeholders::is_placeholder(&fd) => return None,
-            // A real directory, or one warden cannot open: it is covered as it is.
-            _ => {}
-        }
-    }
     Some(if m.file_type().is_symlink() {
         FileKind::Link
     } else if m.is_dir() {
@@ -659,6 +639,7 @@ pub fn preview(tool: &crate::policy::ToolSpec) -> Result<Protection, String> {
         unprotect: &tool.grants.unprotect,
         tmp: None,
         expand_globs: false,
+        git_init: tool.grants.git_init,
     })
 }
 
@@ -721,6 +702,7 @@ mod tests {
                 why: "protected".into(),
             }],
             patterns: vec![pat("/w/**/.env")],
+            ..Protection::default()
         };
         assert!(p.refusal(Path::new("/w/.git/hooks/pre-commit"), false).is_none());
         assert!(p.refusal(Path::new("/w/.git/hooks/pre-commit"), true).is_some());
@@ -795,8 +777,15 @@ mod tests {
             crate::policy::DenyEntry { path: crate::policy::GrantPath::Fixed(ws.join("**/*.pem")), read: true },
         ];
         let unprotect = vec![ws.join(".idea")];
-        let input =
-            ProtectInput { tool: "t", dirs: &dirs, deny: &deny, unprotect: &unprotect, tmp: None, expand_globs: true };
+        let input = ProtectInput {
+            tool: "t",
+            dirs: &dirs,
+            deny: &deny,
+            unprotect: &unprotect,
+            tmp: None,
+            expand_globs: true,
+            git_init: false,
+        };
         let p = Protection::for_call(&input).unwrap_or_else(|e| panic!("{e}"));
         let rule = |rel: &str| p.rules.iter().find(|r| r.path == ws.join(rel));
         for (rel, kind) in [
@@ -820,7 +809,15 @@ mod tests {
         git(&ws, &["worktree", "add", "-q", "wt/one"]);
         let wt = ws.join("wt/one");
         let dirs = vec![(wt.clone(), true), (ws.clone(), true)];
-        let input = ProtectInput { tool: "t", dirs: &dirs, deny: &[], unprotect: &[], tmp: None, expand_globs: true };
+        let input = ProtectInput {
+            tool: "t",
+            dirs: &dirs,
+            deny: &[],
+            unprotect: &[],
+            tmp: None,
+            expand_globs: true,
+            git_init: false,
+        };
         let p = Protection::for_call(&input).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.rules.iter().any(|r| r.path == wt.join(".git") && r.kind == Kind::File), "{:?}", p.rules);
         assert!(

@@ -244,7 +244,19 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         r.ipc_namespace = true;
     }
 
-    // 4f. The protected and denied paths, as mounts.
+    // 4f. The write grants as layers, then the protected and denied paths, as mounts.
+    if !spec.layers.is_empty() {
+        let required = spec.namespaces.as_ref().is_some_and(|p| p.required);
+        if in_ns {
+            match mounts::apply_layers(&spec.layers, userns) {
+                Ok(()) => r.layered = true,
+                Err(e) if required => return Err(e),
+                Err(_) => {}
+            }
+        } else if required {
+            return Err("the call's layers need a mount namespace, which it does not have".into());
+        }
+    }
     if !spec.rules.is_empty() {
         let required = spec.namespaces.as_ref().is_some_and(|p| p.required);
         if in_ns {

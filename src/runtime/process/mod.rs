@@ -116,10 +116,31 @@ pub struct ServerProcess {
     cgroup: Option<cgroup::CallCgroup>,
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
-    /// The placeholders of absent protected paths, for the server's lifetime.
-    _placeholders: Option<crate::runtime::placeholders::Placeholders>,
+    /// Its layer: what it writes reaches the real tree when each request
+    /// ends ([`ServerProcess::apply_layer`]) and when it stops.
+    layer: Option<Layered>,
     /// warden's proxy, the server's one way out, for its lifetime.
     proxy: Option<crate::egress::Proxy>,
+}
+
+/// A layer and what its changes are judged by.
+#[derive(Debug)]
+pub struct Layered {
+    layer: crate::runtime::layer::Layer,
+    protect: crate::runtime::protect::Protection,
+}
+
+impl Layered {
+    /// Applies the layer's changes (see [`crate::runtime::layer::Layer::apply`]).
+    pub fn apply(&mut self, mode: crate::runtime::layer::ApplyMode) -> crate::runtime::layer::Applied {
+        let roots: Vec<PathBuf> = self.layer.roots().iter().map(|r| r.root.clone()).collect();
+        let judge = crate::runtime::persist::Judge::new(&roots, &self.protect);
+        let applied = self.layer.apply(&judge, mode);
+        for (path, why) in applied.refused.iter().take(20) {
+            tracing::warn!("refused to apply {}: {why}", path.display());
+        }
+        applied
+    }
 }
 
 /// A started server and the sandbox the helper confirmed.
@@ -178,10 +199,18 @@ impl ServerProcess {
         let status = self.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
         supervise::kill_group(self.pid, self.cgroup.as_ref());
         self.cgroup = None;
-        // Its mounts are gone with its processes: the placeholders may go too.
-        self._placeholders = None;
+        // Its mounts are gone with its processes: what it left is applied.
+        if let Some(mut layer) = self.layer.take() {
+            layer.apply(crate::runtime::layer::ApplyMode::Move);
+        }
         self.proxy = None;
         status
+    }
+
+    /// Applies what the server wrote so far (it keeps running): called when a
+    /// request ends.
+    pub fn apply_layer(&mut self) -> Option<crate::runtime::layer::Applied> {
+        Some(self.layer.as_mut()?.apply(crate::runtime::layer::ApplyMode::Copy))
     }
 }
 
@@ -219,8 +248,8 @@ struct Spawned {
     channel: std::os::unix::net::UnixStream,
     /// The per-call pids cgroup (as root); removed when dropped.
     cgroup: Option<cgroup::CallCgroup>,
-    /// The placeholders of absent protected paths, removed when dropped.
-    _placeholders: Option<crate::runtime::placeholders::Placeholders>,
+    /// The call's layer, applied when it ends.
+    layer: Option<Layered>,
     /// warden's proxy, the call's one way out of its network namespace.
     proxy: Option<crate::egress::Proxy>,
     /// The first byte of the helper's report, when it came where the proxy's
@@ -366,7 +395,7 @@ impl ProcessRuntime {
         let pipe = progress::ProgressPipe::new().map_err(|e| {
             CallError::new(ErrorCode::Internal, format!("{tool}: cannot create the progress pipe: {e}"))
         })?;
-        let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
+        let Spawned { mut child, pid, mut channel, cgroup, layer, proxy, report_prefix } =
             self.spawn(tool, argv, &exec.cwd, walls, tmp, Launch::Call { progress: pipe.write })?;
         let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
@@ -389,156 +418,166 @@ impl ProcessRuntime {
         drop(cgroup);
         // The tree is gone: so are the proxy's connections (its journal keeps them).
         drop(proxy);
-        let ended = ended?;
-        let elapsed = started.elapsed();
+        // And its mounts: what it wrote is judged and applied, whatever the end.
+        let applied = layer.map(|mut l| l.apply(crate::runtime::layer::ApplyMode::Move));
+        let layer_note = applied.as_ref().map(layer_note).unwrap_or_default();
+        // Any end of the call says what of its changes warden refused.
+        let finish = move || -> Result<RunOutput, CallError> {
+            let ended = ended?;
+            let elapsed = started.elapsed();
 
-        // Every end of the socket is closed now: the helper exec'd (close-on-exec) or exited.
-        let report = read_report(&mut channel, report_prefix);
-        if ended.cancelled {
-            return Err(CallError::new(
-                ErrorCode::Cancelled,
-                format!(
-                    "{tool}: cancelled by the caller after {:.1}s; its process tree was killed",
-                    elapsed.as_secs_f64()
-                ),
-            ));
-        }
-        // A timeout while the helper was still confining itself is still a timeout.
-        if !report.ok && !ended.timed_out {
-            let why = report.error.clone().unwrap_or_else(|| {
-                let said = stderr.joined();
-                let said = String::from_utf8_lossy(&said[..said.len().min(512)]).trim().to_string();
-                if said.is_empty() {
-                    "the sandbox helper stopped before reporting".into()
-                } else {
-                    format!("the sandbox helper stopped before reporting: {said}")
-                }
-            });
-            let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
-            let hint = if report.exec_failed {
-                let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
-                let program = exec.argv.first().map(std::path::Path::new);
-                let gid = nix::unistd::getegid().as_raw();
-                let unreachable = program.and_then(|p| program::unreachable_for(p, report.uid, gid));
-                match (program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))), unreachable) {
-                    (Some(h), _) => format!(" ({h})"),
-                    (None, Some((path, why))) => format!(
-                        " (it runs as uid {} (the workspace's owner, since warden runs as root), and {}: {why}; \
-                         give the workspace to the user who may run the program, or make {} reachable to uid {})",
-                        report.uid,
-                        path.display(),
-                        path.display(),
-                        report.uid
-                    ),
-                    (None, None) => " (is the program's directory in fs.read?)".to_string(),
-                }
-            } else {
-                String::new()
-            };
-            return Err(CallError::new(code, format!("{tool}: {why}{hint}")));
-        }
-
-        let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
-        // Both streams within max_output together, each keeping its head and tail.
-        let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
-        let truncated = out_text.dropped > 0 || err_text.dropped > 0 || cut_short;
-        let usage = Usage {
-            cpu_ms: cpu.as_secs_f64() * 1000.0,
-            max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
-            output_bytes: stdout.total() + stderr.total(),
-            truncated,
-            progress: Some(progress_counts).filter(|c| c.accepted + c.ignored > 0),
-        };
-        let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
-            (Some(libc::WEXITSTATUS(ended.status)), None)
-        } else if libc::WIFSIGNALED(ended.status) {
-            (None, Some(libc::WTERMSIG(ended.status)))
-        } else {
-            (None, None)
-        };
-
-        if ended.timed_out {
-            let what = if hit_pids_max { " (it also hit limits.processes)" } else { "" };
-            return Err(CallError::new(
-                if hit_pids_max { ErrorCode::LimitExceeded } else { ErrorCode::Timeout },
-                format!(
-                    "{tool}: killed after {:.1}s (limits.timeout = {:?}){what}",
-                    elapsed.as_secs_f64(),
-                    limits.timeout
-                ),
-            ));
-        }
-        let cpu_spent = signal == Some(libc::SIGKILL) && cpu + Duration::from_millis(50) >= limits.cpu;
-        match signal {
-            Some(libc::SIGXCPU) => {
+            // Every end of the socket is closed now: the helper exec'd (close-on-exec) or exited.
+            let report = read_report(&mut channel, report_prefix);
+            if ended.cancelled {
                 return Err(CallError::new(
-                    ErrorCode::LimitExceeded,
-                    format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                    ErrorCode::Cancelled,
+                    format!(
+                        "{tool}: cancelled by the caller after {:.1}s; its process tree was killed",
+                        elapsed.as_secs_f64()
+                    ),
                 ));
             }
-            Some(libc::SIGKILL) if hit_memory_max => {
+            // A timeout while the helper was still confining itself is still a timeout.
+            if !report.ok && !ended.timed_out {
+                let why = report.error.clone().unwrap_or_else(|| {
+                    let said = stderr.joined();
+                    let said = String::from_utf8_lossy(&said[..said.len().min(512)]).trim().to_string();
+                    if said.is_empty() {
+                        "the sandbox helper stopped before reporting".into()
+                    } else {
+                        format!("the sandbox helper stopped before reporting: {said}")
+                    }
+                });
+                let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
+                let hint = if report.exec_failed {
+                    let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+                    let program = exec.argv.first().map(std::path::Path::new);
+                    let gid = nix::unistd::getegid().as_raw();
+                    let unreachable = program.and_then(|p| program::unreachable_for(p, report.uid, gid));
+                    match (program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))), unreachable) {
+                        (Some(h), _) => format!(" ({h})"),
+                        (None, Some((path, why))) => format!(
+                            " (it runs as uid {} (the workspace's owner, since warden runs as root), and {}: {why}; \
+                             give the workspace to the user who may run the program, or make {} reachable to uid {})",
+                            report.uid,
+                            path.display(),
+                            path.display(),
+                            report.uid
+                        ),
+                        (None, None) => " (is the program's directory in fs.read?)".to_string(),
+                    }
+                } else {
+                    String::new()
+                };
+                return Err(CallError::new(code, format!("{tool}: {why}{hint}")));
+            }
+
+            let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
+            // Both streams within max_output together, each keeping its head and tail.
+            let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
+            let truncated = out_text.dropped > 0 || err_text.dropped > 0 || cut_short;
+            let usage = Usage {
+                cpu_ms: cpu.as_secs_f64() * 1000.0,
+                max_rss_kb: ended.rusage.ru_maxrss.max(0) as u64,
+                output_bytes: stdout.total() + stderr.total(),
+                truncated,
+                progress: Some(progress_counts).filter(|c| c.accepted + c.ignored > 0),
+            };
+            let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
+                (Some(libc::WEXITSTATUS(ended.status)), None)
+            } else if libc::WIFSIGNALED(ended.status) {
+                (None, Some(libc::WTERMSIG(ended.status)))
+            } else {
+                (None, None)
+            };
+
+            if ended.timed_out {
+                let what = if hit_pids_max { " (it also hit limits.processes)" } else { "" };
+                return Err(CallError::new(
+                    if hit_pids_max { ErrorCode::LimitExceeded } else { ErrorCode::Timeout },
+                    format!(
+                        "{tool}: killed after {:.1}s (limits.timeout = {:?}){what}",
+                        elapsed.as_secs_f64(),
+                        limits.timeout
+                    ),
+                ));
+            }
+            let cpu_spent = signal == Some(libc::SIGKILL) && cpu + Duration::from_millis(50) >= limits.cpu;
+            match signal {
+                Some(libc::SIGXCPU) => {
+                    return Err(CallError::new(
+                        ErrorCode::LimitExceeded,
+                        format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                    ));
+                }
+                Some(libc::SIGKILL) if hit_memory_max => {
+                    return Err(CallError::new(
+                        ErrorCode::LimitExceeded,
+                        format!(
+                            "{tool}: killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count)",
+                            limits.memory
+                        ),
+                    ));
+                }
+                Some(libc::SIGKILL) if cpu_spent => {
+                    return Err(CallError::new(
+                        ErrorCode::LimitExceeded,
+                        format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                    ));
+                }
+                Some(libc::SIGXFSZ) => {
+                    return Err(CallError::new(
+                        ErrorCode::LimitExceeded,
+                        format!("{tool}: wrote a file past limits.file_size ({} bytes)", limits.file_size),
+                    ));
+                }
+                _ => {}
+            }
+            if hit_memory_max && exit_code != Some(0) {
                 return Err(CallError::new(
                     ErrorCode::LimitExceeded,
                     format!(
-                        "{tool}: killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count)",
-                        limits.memory
+                        "{tool}: a process of its tree was killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count), and it exited {}",
+                        limits.memory,
+                        exit_code.map_or("by a signal".into(), |c| c.to_string())
                     ),
                 ));
             }
-            Some(libc::SIGKILL) if cpu_spent => {
+            if hit_pids_max && exit_code != Some(0) {
                 return Err(CallError::new(
                     ErrorCode::LimitExceeded,
-                    format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+                    format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
                 ));
             }
-            Some(libc::SIGXFSZ) => {
-                return Err(CallError::new(
-                    ErrorCode::LimitExceeded,
-                    format!("{tool}: wrote a file past limits.file_size ({} bytes)", limits.file_size),
-                ));
+            let stderr_tail = stderr.joined();
+            let mut value = json!({
+                "exit_code": exit_code,
+                "stdout": out_text.text,
+                "stderr": err_text.text,
+                "truncated": truncated,
+                "cpu_ms": (usage.cpu_ms * 1000.0).round() / 1000.0,
+                "max_rss_kb": usage.max_rss_kb,
+            });
+            if truncated {
+                value["dropped"] = json!({"stdout": out_text.dropped, "stderr": err_text.dropped});
             }
-            _ => {}
-        }
-        if hit_memory_max && exit_code != Some(0) {
-            return Err(CallError::new(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "{tool}: a process of its tree was killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count), and it exited {}",
-                    limits.memory,
-                    exit_code.map_or("by a signal".into(), |c| c.to_string())
-                ),
-            ));
-        }
-        if hit_pids_max && exit_code != Some(0) {
-            return Err(CallError::new(
-                ErrorCode::LimitExceeded,
-                format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
-            ));
-        }
-        let stderr_tail = stderr.joined();
-        let mut value = json!({
-            "exit_code": exit_code,
-            "stdout": out_text.text,
-            "stderr": err_text.text,
-            "truncated": truncated,
-            "cpu_ms": (usage.cpu_ms * 1000.0).round() / 1000.0,
-            "max_rss_kb": usage.max_rss_kb,
-        });
-        if truncated {
-            value["dropped"] = json!({"stdout": out_text.dropped, "stderr": err_text.dropped});
-        }
-        if let Some(sig) = signal {
-            value["signal"] =
-                json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
-        }
-        if let Some(hint) = protected_hint(walls, exit_code, &stderr_tail) {
-            value["protected"] = json!(hint);
-        }
-        let confirmed = self.confirmed(walls, &report, memory_cgroup);
-        if self.mode == SandboxMode::BestEffort {
-            value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths});
-        }
-        Ok(RunOutput { value, usage, sandbox: Some(confirmed), blocks: false })
+            if let Some(sig) = signal {
+                value["signal"] =
+                    json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
+            }
+            if let Some(hint) = protected_hint(walls, exit_code, &stderr_tail) {
+                value["protected"] = json!(hint);
+            }
+            if let Some(layer) = applied.as_ref().and_then(|a| a.to_json(20, &walls.workspace)) {
+                value["layer"] = layer;
+            }
+            let confirmed = self.confirmed(walls, &report, memory_cgroup);
+            if self.mode == SandboxMode::BestEffort {
+                value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths});
+            }
+            Ok(RunOutput { value, usage, sandbox: Some(confirmed), blocks: false })
+        };
+        finish().map_err(|e| CallError::new(e.code, format!("{}{layer_note}", e.message)))
     }
 
     /// Spawns the sandbox helper for `argv` in `cwd` inside `walls` and hands it
@@ -585,11 +624,19 @@ impl ProcessRuntime {
             required: enforce && (!walls.protect.rules.is_empty() || !walls.net.is_empty()),
         });
         // Something to mount over each absent protected path, for the call's duration.
-        let placeholders = if ns && !walls.protect.rules.is_empty() {
-            match crate::runtime::placeholders::Placeholders::acquire(&walls.protect.rules) {
-                Ok(p) => Some(p),
+        // Its write grants as layers, applied when it ends.
+        let layer_roots = crate::runtime::layer::roots_of(&walls.dirs, tmp);
+        let layer = if ns && !layer_roots.is_empty() {
+            match crate::runtime::layer::Layer::create(&call_id, &layer_roots) {
+                Ok(layer) => Some(Layered { layer, protect: walls.protect.clone() }),
                 Err(e) if enforce => {
-                    return Err(CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: {e}")));
+                    return Err(CallError::new(
+                        ErrorCode::SandboxUnavailable,
+                        format!(
+                            "{tool}: {e}; the layer keeps what the tool writes from the host until warden has \
+                             checked it, or set [sandbox] mode = \"best-effort\" to let it write directly"
+                        ),
+                    ));
                 }
                 Err(_) => None,
             }
@@ -633,6 +680,11 @@ impl ProcessRuntime {
             Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
         };
         let mut env = walls.env.clone();
+        // A layer is a file system of its own: git, started beneath one, must
+        // look past it for the repository around it (a monorepo's package).
+        if layer.is_some() && !env.iter().any(|(k, _)| k == "GIT_DISCOVERY_ACROSS_FILESYSTEM") {
+            env.push(("GIT_DISCOVERY_ACROSS_FILESYSTEM".into(), "1".into()));
+        }
         if proxied {
             for (name, value) in crate::egress::proxy_env(&walls.net) {
                 if !env.iter().any(|(k, _)| k == name) {
@@ -685,6 +737,7 @@ impl ProcessRuntime {
             namespaces: plan,
             rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
             system: walls.system,
+            layers: layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
         };
         let internal =
             |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
@@ -733,8 +786,7 @@ impl ProcessRuntime {
                 let _ = channel.shutdown(std::net::Shutdown::Write);
             }
         }
-        let mut spawned =
-            Spawned { child, pid, channel, cgroup, _placeholders: placeholders, proxy: None, report_prefix: None };
+        let mut spawned = Spawned { child, pid, channel, cgroup, layer, proxy: None, report_prefix: None };
         if proxied {
             match netns::recv_listener(&spawned.channel, Duration::from_secs(10)) {
                 Ok(netns::Received::Listener(listener)) => {
@@ -776,11 +828,11 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
     ) -> Result<StartedServer, CallError> {
         let argv = fill_argv(name, exec, &Value::Null, tmp)?;
-        let Spawned { mut child, pid, mut channel, cgroup, _placeholders, proxy, report_prefix } =
+        let Spawned { mut child, pid, mut channel, cgroup, layer, proxy, report_prefix } =
             self.spawn(name, argv, &exec.cwd, walls, tmp, Launch::Server)?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, _placeholders, proxy };
+        let mut process = ServerProcess { child, pid, channel: None, cgroup, stdout, stderr, layer, proxy };
         // The first report line arrives before the exec; the socket stays open (it is the program's stdin).
         let report = read_first_report(&mut channel, report_prefix);
         if !report.ok {
@@ -879,6 +931,21 @@ fn namespace_name(name: &str) -> Option<&'static str> {
 /// The `protected` result field: a write the call's read-only paths refused
 /// (the program exited non-zero with `EROFS` or `EBUSY` in its stderr), said so
 /// the model can act on it; at most 20 paths.
+/// What a failed call's message adds about its layer: the changes warden refused.
+fn layer_note(applied: &crate::runtime::layer::Applied) -> String {
+    if applied.refused.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> =
+        applied.refused.iter().take(5).map(|(p, why)| format!("{} ({why})", p.display())).collect();
+    format!(
+        "; warden refused {} of the changes it made: {}{}",
+        applied.refused.len(),
+        shown.join("; "),
+        if applied.refused.len() > 5 { "; …" } else { "" }
+    )
+}
+
 fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Option<String> {
     if exit_code == Some(0) {
         return None;

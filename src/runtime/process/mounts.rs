@@ -1,16 +1,20 @@
-//! The protected and denied paths of a call ([`PathRule`]), enforced by mounts
-//! in its own mount namespace (issue 17), in the helper's child after `/proc`
-//! is mounted and before the capabilities are dropped:
+//! The call's view of its grants, made by mounts in its own mount namespace, in
+//! the helper's child after `/proc` is mounted and before the capabilities are
+//! dropped:
 //!
-//! 1. pins: every directory strictly between a rule's granted root and its path
-//!    is bind-mounted onto itself (writable stays writable), so it cannot be
-//!    renamed or removed (`EBUSY`): `mv .git x && mkdir .git` cannot move a
-//!    protected path out from under its mount;
-//! 2. `Deny::Write`: the path bind-mounted onto itself, read-only, recursively
+//! 1. [`apply_layers`]: each write grant becomes an overlay whose lower layer is
+//!    the real directory and whose upper layer the host applies when the call
+//!    ends ([`crate::runtime::layer`]); a directory that was there cannot be
+//!    renamed (`redirect_dir=nofollow`: `EXDEV`), so nothing protected can be
+//!    moved out from under its mount;
+//! 2. [`apply`], the protected and denied paths that exist ([`PathRule`]):
+//!    `Deny::Write`, the path bind-mounted onto itself, read-only, recursively
 //!    (`mount_setattr`; where that is missing, a remount that keeps the flags
 //!    the mount already has, since a user namespace may not drop locked ones);
-//! 3. `Deny::Read`: an empty, read-only, mode-000 directory or file from a
-//!    small tmpfs of the call's own is mounted over the path.
+//!    `Deny::Read`, an empty, read-only, mode-000 directory or file from a
+//!    small tmpfs of the call's own mounted over the path. A path that does not
+//!    exist needs no mount: what the tool makes there stays in its layer, and
+//!    the host's judgement refuses it.
 //!
 //! Parents before children. Every target is opened with `openat2`
 //! (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, `O_PATH`) and mounted on
@@ -27,37 +31,60 @@ use std::path::{Path, PathBuf};
 use nix::mount::MsFlags;
 
 use super::namespaces::{fd_path, open_path};
-use crate::runtime::protect::{Deny, PathRule};
+use crate::runtime::layer::LayerRoot;
+use crate::runtime::protect::{Deny, Kind, PathRule};
 
 /// Places the empty mask source may be staged on (the first that exists and
 /// is unrelated to every rule); it is unmounted again before the tool runs.
 const STAGING: &[&str] = &["/mnt", "/run", "/tmp", "/media", "/srv", "/opt"];
 
-/// Applies `rules`: pins, then read-only binds and masks, parents first.
+/// Mounts the call's layers: one overlay per write grant, over the grant itself.
+/// `userns`: the helper is in a user namespace of the call's (overlayfs then
+/// keeps its state in `user.` xattrs).
+pub fn apply_layers(layers: &[LayerRoot], userns: bool) -> Result<(), String> {
+    // Every directory is opened (no link followed) before any overlay is mounted.
+    let mut opened = Vec::new();
+    for l in layers {
+        let open =
+            |p: &Path| open_path(p, true).map_err(|e| format!("cannot open {} for the call's layer: {e}", p.display()));
+        opened.push((l, open(&l.root)?, open(&l.upper)?, open(&l.work)?));
+    }
+    for (l, root, upper, work) in &opened {
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off,index=off,volatile{}",
+            fd_path(root),
+            fd_path(upper),
+            fd_path(work),
+            if userns { ",userxattr" } else { "" }
+        );
+        nix::mount::mount(
+            Some("overlay"),
+            fd_path(root).as_str(),
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .map_err(|e| {
+            format!(
+                "cannot mount the call's layer over {} (upper {}): {e}; the layer needs overlayfs, on a file \
+                     system that can hold its upper directory",
+                l.root.display(),
+                l.upper.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Applies `rules` that exist: read-only binds and masks, parents first.
 pub fn apply(rules: &[PathRule]) -> Result<(), String> {
-    if rules.is_empty() {
+    let depth = |p: &Path| p.components().count();
+    let present: Vec<&PathRule> = rules.iter().filter(|r| r.kind != Kind::Absent).collect();
+    if present.is_empty() {
         return Ok(());
     }
-    let depth = |p: &Path| p.components().count();
-    let mut pins: Vec<PathBuf> = Vec::new();
-    for r in rules {
-        for a in r.path.ancestors().skip(1) {
-            if a == r.root || !a.starts_with(&r.root) {
-                break;
-            }
-            if !pins.iter().any(|p| p == a) {
-                pins.push(a.to_path_buf());
-            }
-        }
-    }
-    pins.sort_by_key(|p| depth(p));
-    for pin in &pins {
-        let fd = open_path(pin, true).map_err(|e| format!("cannot open {} to pin it: {e}", pin.display()))?;
-        bind(&fd, &fd, true).map_err(|e| format!("cannot pin {} (bind onto itself): {e}", pin.display()))?;
-    }
-
-    let masks = if rules.iter().any(|r| r.deny == Deny::Read) { Some(MaskSource::new(rules)?) } else { None };
-    let mut ordered: Vec<&PathRule> = rules.iter().collect();
+    let masks = if present.iter().any(|r| r.deny == Deny::Read) { Some(MaskSource::new(rules)?) } else { None };
+    let mut ordered = present;
     ordered.sort_by_key(|r| depth(&r.path));
     let result = ordered.iter().try_for_each(|r| apply_one(r, masks.as_ref()));
     if let Some(m) = masks {

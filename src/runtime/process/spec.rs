@@ -83,6 +83,11 @@ pub struct SandboxSpec {
     /// grants them too (read and write respectively).
     #[serde(default)]
     pub system: bool,
+    /// The call's layers: each write grant is an overlay whose upper
+    /// directory the host applies when the call ends ([`crate::runtime::layer`]),
+    /// mounted before the rules.
+    #[serde(default)]
+    pub layers: Vec<crate::runtime::layer::LayerRoot>,
 }
 
 /// The namespaces the host asks the helper for.
@@ -185,6 +190,9 @@ pub struct HelperReport {
     /// The rules were applied by mounts.
     #[serde(default)]
     pub paths_masked: bool,
+    /// The write grants are layers.
+    #[serde(default)]
+    pub layered: bool,
     /// The call has a network namespace of its own (only loopback; the proxy
     /// its one way out).
     #[serde(default)]

@@ -767,6 +767,7 @@ mod tests {
                 deny: Deny::Read,
                 why: "fs.deny_read".into(),
             }],
+            ..Protection::default()
         };
         let mut b = WasiCtxBuilder::new();
         b.allow_blocking_current_thread(true);

@@ -1,0 +1,809 @@
+//! The layer of a process call or server: its writes to each directory it may
+//! write land in an overlay upper directory that warden owns, outside every
+//! grant, and reach the real tree only through [`Layer::apply`], which asks
+//! [`persist::Judge`] about every entry first. The host sees nothing the tool
+//! wrote until the call ends (for a server, until each request ends), and
+//! then only what the judgement allows; so no host program (a `git status`
+//! in a shell prompt, an editor) can load what a tool planted, during the call
+//! or after it, and no placeholder is ever made in the person's workspace.
+//!
+//! The helper mounts the overlays (`super::process::mounts::apply_layers`):
+//! the real directory as the lower layer, this module's upper and work
+//! directories, `redirect_dir=nofollow` (a directory that existed before the
+//! call cannot be renamed: `EXDEV`, as across file systems), no metacopy, no
+//! index, `volatile` (the upper is applied, not kept).
+//!
+//! What this module trusts: nothing in the upper directories (the tool wrote
+//! them; it is dead when they are read, but every name, type and link is
+//! judged, no link is followed, and set-user-ID bits never reach the host);
+//! the real tree may change while it applies (other calls, the person), so
+//! every real directory is opened beneath its grant's root with no link
+//! followed.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use super::persist::{self, Change, Judge, Kind, Verdict, View};
+
+/// The xattrs overlayfs keeps its own state in (as root, and in a user namespace).
+const OVERLAY_XATTRS: [&str; 2] = ["trusted.overlay.", "user.overlay."];
+
+/// One write grant's layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerRoot {
+    /// The real directory (canonical): the overlay's lower layer, and where it is mounted.
+    pub root: PathBuf,
+    /// What the tool wrote.
+    pub upper: PathBuf,
+    /// overlayfs's own scratch directory (same file system as `upper`).
+    pub work: PathBuf,
+}
+
+/// How [`Layer::apply`] hands the changes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// The overlay is gone (the call ended): entries are moved into the real tree.
+    Move,
+    /// The overlay is still mounted (a running server): entries are copied,
+    /// each once per change, and the upper directory is left as it is.
+    Copy,
+}
+
+/// What one [`Layer::apply`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    /// Entries that reached the real tree.
+    pub applied: usize,
+    /// Entries refused, with why (the path as it would have been).
+    pub refused: Vec<(PathBuf, String)>,
+    /// Entries that could not be applied (the layer is then kept).
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+impl Applied {
+    /// The refusals and failures as result JSON (at most `max` of each, and
+    /// how many in all), paths relative to `base` where they lie in it.
+    pub fn to_json(&self, max: usize, base: &Path) -> Option<serde_json::Value> {
+        if self.refused.is_empty() && self.failed.is_empty() {
+            return None;
+        }
+        let list = |v: &[(PathBuf, String)]| {
+            v.iter()
+                .take(max)
+                .map(|(p, why)| {
+                    let shown = p.strip_prefix(base).ok().filter(|r| !r.as_os_str().is_empty()).unwrap_or(p);
+                    serde_json::json!({"path": shown.display().to_string(), "why": why})
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out = serde_json::json!({});
+        if !self.refused.is_empty() {
+            out["refused"] = list(&self.refused).into();
+            out["refused_count"] = self.refused.len().into();
+        }
+        if !self.failed.is_empty() {
+            out["failed"] = list(&self.failed).into();
+        }
+        Some(out)
+    }
+}
+
+/// The layers of one call (or one server's life): removed when dropped,
+/// unless something could not be applied.
+#[derive(Debug)]
+pub struct Layer {
+    /// `<base>/<call id>`.
+    dir: PathBuf,
+    /// Held while the layer lives: an unheld one was left by a warden that died.
+    _lock: std::fs::File,
+    roots: Vec<LayerRoot>,
+    /// [`ApplyMode::Copy`]: the upper entries applied, by path, with their
+    /// stamp then (applied again only when it changed).
+    copied: HashMap<PathBuf, Stamp>,
+    /// Keep the directory: something in it was not applied.
+    keep: bool,
+}
+
+/// Enough of a stat to tell that an upper entry changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(st: &rustix::fs::Stat) -> Stamp {
+        Stamp {
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+        }
+    }
+}
+
+/// The directories a call's layer covers: its write grants that are
+/// directories, outside `{tmp}`, none inside another.
+pub fn roots_of(dirs: &[(PathBuf, bool)], tmp: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = dirs
+        .iter()
+        .filter(|(p, w)| *w && p.is_dir() && !tmp.is_some_and(|t| p.starts_with(t)))
+        .map(|(p, _)| p.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    let all = out.clone();
+    out.retain(|p| !all.iter().any(|o| o != p && p.starts_with(o)));
+    out
+}
+
+/// Where layers are kept: warden's state directory, or where that lies in a
+/// write grant (a grant of `{home}`), the runtime directory or `/var/tmp`.
+fn base_dir(roots: &[PathBuf]) -> Result<PathBuf, String> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let state = env("XDG_STATE_HOME").or_else(|| env("HOME").map(|h| h.join(".local/state")));
+    let candidates = [
+        state.map(|s| s.join("warden/layers")),
+        env("XDG_RUNTIME_DIR").map(|r| r.join("warden/layers")),
+        Some(PathBuf::from(format!("/var/tmp/warden-{uid}/layers"))),
+    ];
+    let mut tried = Vec::new();
+    for c in candidates.into_iter().flatten() {
+        let clash = |p: &Path| roots.iter().any(|r| p.starts_with(r) || r.starts_with(p));
+        // Compare canonical forms where the directory exists.
+        let canon = c.canonicalize().unwrap_or_else(|_| c.clone());
+        if clash(&c) || clash(&canon) {
+            tried.push(format!("{} (inside a write grant)", c.display()));
+            continue;
+        }
+        match private_dir(&c, uid) {
+            Ok(()) => return Ok(c),
+            Err(e) => tried.push(format!("{}: {e}", c.display())),
+        }
+    }
+    Err(format!("no directory to keep the call's layer in: {}", tried.join("; ")))
+}
+
+/// Makes `dir` (and its parents) and checks that it is a directory of this
+/// user's that no one else may write, reached through no link at its end.
+fn private_dir(dir: &Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| e.to_string())?;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+        return Err("not a directory of this user's that only it may write".into());
+    }
+    // /var/tmp/warden-UID is in a directory everyone may write: it must be ours too.
+    if let Some(parent) = dir.parent().filter(|p| p.starts_with("/var/tmp/")) {
+        let m = std::fs::symlink_metadata(parent).map_err(|e| e.to_string())?;
+        if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+            return Err(format!("{} is not a directory of this user's", parent.display()));
+        }
+    }
+    Ok(())
+}
+
+fn errno_text(e: Errno) -> String {
+    std::io::Error::from(e).to_string()
+}
+
+impl Layer {
+    /// A fresh layer for `roots` (from [`roots_of`]), under the call id `id`.
+    pub fn create(id: &str, roots: &[PathBuf]) -> Result<Layer, String> {
+        Layer::create_in(&base_dir(roots)?, id, roots)
+    }
+
+    /// [`Layer::create`] in the directory `base`.
+    pub fn create_in(base: &Path, id: &str, roots: &[PathBuf]) -> Result<Layer, String> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let dir = base.join(id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create the call's layer {}: {e}", dir.display()))?;
+        let lock = std::fs::File::create(dir.join("lock"))
+            .map_err(|e| format!("cannot create the layer's lock in {}: {e}", dir.display()))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| format!("cannot lock the layer {}: {e}", dir.display()))?;
+        let mut layer = Layer { dir: dir.clone(), _lock: lock, roots: Vec::new(), copied: HashMap::new(), keep: false };
+        for (i, root) in roots.iter().enumerate() {
+            let upper = dir.join(format!("{i}.upper"));
+            let work = dir.join(format!("{i}.work"));
+            for d in [&upper, &work] {
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(d)
+                    .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            }
+            // The merged root takes the upper root's owner and mode: the real root's.
+            let m = std::fs::metadata(root).map_err(|e| format!("cannot stat {}: {e}", root.display()))?;
+            if nix::unistd::geteuid().is_root() {
+                std::os::unix::fs::lchown(&upper, Some(m.uid()), Some(m.gid()))
+                    .map_err(|e| format!("cannot hand {} to uid {}: {e}", upper.display(), m.uid()))?;
+            }
+            std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(m.mode() & 0o7777))
+                .map_err(|e| format!("cannot set the mode of {}: {e}", upper.display()))?;
+            layer.roots.push(LayerRoot { root: root.clone(), upper, work });
+        }
+        Ok(layer)
+    }
+
+    /// The layers, for the helper's spec.
+    pub fn roots(&self) -> &[LayerRoot] {
+        &self.roots
+    }
+
+    /// Where the layer is kept.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Applies what the tool wrote to the real tree, each entry judged by
+    /// `judge` in the tree as the layer will leave it.
+    pub fn apply(&mut self, judge: &Judge<'_>, mode: ApplyMode) -> Applied {
+        let mut out = Applied::default();
+        let view = LayerView { roots: &self.roots, git: RefCell::default(), upper: RefCell::default() };
+        for lr in self.roots.clone() {
+            let mut w = Walk { judge, view: &view, mode, out: &mut out, copied: &mut self.copied, lr: &lr };
+            if let Err(e) = w.root() {
+                w.out.failed.push((lr.root.clone(), e));
+            }
+        }
+        if !out.failed.is_empty() {
+            self.keep = true;
+        }
+        out
+    }
+}
+
+impl Drop for Layer {
+    fn drop(&mut self) {
+        if self.keep {
+            tracing::warn!("the call's unapplied changes are kept in {}", self.dir.display());
+            return;
+        }
+        if let Err(e) = remove_tree(&self.dir) {
+            tracing::warn!("cannot remove the layer {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// Removes a tree this process owns, making each directory searchable first
+/// (overlayfs leaves mode-000 directories in its work directory, and a tool
+/// may leave them in its upper one).
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            let mut stack = vec![dir.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+                if let Ok(entries) = std::fs::read_dir(&d) {
+                    for e in entries.flatten() {
+                        if e.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(e.path());
+                        }
+                    }
+                }
+            }
+            std::fs::remove_dir_all(dir)
+        }
+    }
+}
+
+fn is_whiteout(st: &rustix::fs::Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
+}
+
+fn kind_of(st: &rustix::fs::Stat) -> Kind {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Link,
+        _ => Kind::File,
+    }
+}
+
+/// Whether an upper directory is opaque (it hides the real one's content).
+fn is_opaque(path: &Path) -> bool {
+    OVERLAY_XATTRS.iter().any(|prefix| {
+        let mut buf = [0u8; 4];
+        let name = format!("{prefix}opaque");
+        matches!(rustix::fs::lgetxattr(path, name.as_str(), &mut buf), Ok(n) if buf[..n] == *b"y")
+    })
+}
+
+/// The tree as the layers will leave it: an entry of an upper directory
+/// stands for itself (a whiteout for nothing), otherwise the real tree shows
+/// through unless an opaque upper directory above hides it.
+struct LayerView<'a> {
+    roots: &'a [LayerRoot],
+    git: RefCell<HashMap<PathBuf, bool>>,
+    /// Upper directories already asked about: opaque or not.
+    upper: RefCell<HashMap<PathBuf, bool>>,
+}
+
+impl LayerView<'_> {
+    fn opaque(&self, up: &Path) -> bool {
+        if let Some(o) = self.upper.borrow().get(up) {
+            return *o;
+        }
+        let o = is_opaque(up);
+        self.upper.borrow_mut().insert(up.to_path_buf(), o);
+        o
+    }
+}
+
+impl View for LayerView<'_> {
+    fn kind(&self, path: &Path) -> Option<Kind> {
+        let Some(lr) = self.roots.iter().filter(|r| path.starts_with(&r.root)).max_by_key(|r| r.root.as_os_str().len())
+        else {
+            return persist::Real.kind(path);
+        };
+        let Ok(rel) = path.strip_prefix(&lr.root) else { return persist::Real.kind(path) };
+        let parts: Vec<&OsStr> = rel.iter().collect();
+        let mut up = lr.upper.clone();
+        let mut hidden = false;
+        for (i, part) in parts.iter().enumerate() {
+            up.push(part);
+            let Ok(st) = rustix::fs::lstat(&up) else {
+                return if hidden { None } else { persist::Real.kind(path) };
+            };
+            if is_whiteout(&st) {
+                return None;
+            }
+            if i + 1 == parts.len() {
+                return Some(kind_of(&st));
+            }
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                return None;
+            }
+            if self.opaque(&up) {
+                hidden = true;
+            }
+        }
+        persist::Real.kind(path)
+    }
+
+    fn is_git_dir(&self, d: &Path) -> bool {
+        if let Some(known) = self.git.borrow().get(d) {
+            return *known;
+        }
+        let is = persist::git_signature(self, d);
+        self.git.borrow_mut().insert(d.to_path_buf(), is);
+        is
+    }
+}
+
+/// One layer root's walk.
+struct Walk<'a, 'j> {
+    judge: &'a Judge<'j>,
+    view: &'a LayerView<'a>,
+    mode: ApplyMode,
+    out: &'a mut Applied,
+    copied: &'a mut HashMap<PathBuf, Stamp>,
+    lr: &'a LayerRoot,
+}
+
+/// Opens a directory of the upper tree (no link followed).
+fn open_upper(dir: impl AsFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens a directory of the real tree beneath `dir`, no link followed.
+fn open_real(dir: impl AsFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS | ResolveFlags::BENEATH,
+    )
+}
+
+/// The names in a directory, but `.` and `..`.
+fn names_in(dir: impl AsFd) -> Result<Vec<OsString>, Errno> {
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(OsStr::from_bytes(name).to_os_string());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl Walk<'_, '_> {
+    fn refuse(&mut self, path: PathBuf, why: String) {
+        self.out.refused.push((path, why));
+    }
+
+    fn fail(&mut self, path: PathBuf, why: String) {
+        self.out.failed.push((path, why));
+    }
+
+    fn root(&mut self) -> Result<(), String> {
+        let up = rustix::fs::open(
+            &self.lr.upper,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open the layer {}: {}", self.lr.upper.display(), errno_text(e)))?;
+        let real = rustix::fs::openat2(
+            rustix::fs::CWD,
+            &self.lr.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| format!("cannot open {}: {}", self.lr.root.display(), errno_text(e)))?;
+        let upper = self.lr.upper.clone();
+        let root = self.lr.root.clone();
+        self.dir(&up, &upper, Some(&real), &root, false);
+        Ok(())
+    }
+
+    /// Applies the upper directory `up` (at `up_path`) onto the real one
+    /// `real` (at `path`; `None`: there is none yet and it is not made).
+    /// `opaque`: the real directory's own entries are hidden.
+    fn dir(&mut self, up: &OwnedFd, up_path: &Path, real: Option<&OwnedFd>, path: &Path, opaque: bool) {
+        let names = match names_in(up) {
+            Ok(n) => n,
+            Err(e) => return self.fail(path.to_path_buf(), format!("cannot list the layer: {}", errno_text(e))),
+        };
+        if opaque && let Some(real) = real {
+            // What the tool removed by replacing the directory.
+            let listed: HashSet<&OsString> = names.iter().collect();
+            if let Ok(real_names) = names_in(real) {
+                for n in real_names.iter().filter(|n| !listed.contains(n)) {
+                    self.delete(real, n, &path.join(n));
+                }
+            }
+        }
+        for name in &names {
+            self.entry(up, up_path, real, path, name, opaque);
+        }
+    }
+
+    /// One entry of an upper directory.
+    fn entry(
+        &mut self,
+        up: &OwnedFd,
+        up_path: &Path,
+        real: Option<&OwnedFd>,
+        dir_path: &Path,
+        name: &OsStr,
+        opaque: bool,
+    ) {
+        let path = dir_path.join(name);
+        let entry_up = up_path.join(name);
+        let st = match rustix::fs::statat(up, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) => return self.fail(path, format!("cannot stat it in the layer: {}", errno_text(e))),
+        };
+        let stamp = Stamp::of(&st);
+        if self.mode == ApplyMode::Copy && self.copied.get(&path) == Some(&stamp) && kind_of(&st) != Kind::Dir {
+            return;
+        }
+        let real_st = real.and_then(|r| rustix::fs::statat(r, name, AtFlags::SYMLINK_NOFOLLOW).ok());
+        let real_is_dir = real_st.as_ref().is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
+        // Something removed.
+        if is_whiteout(&st) {
+            if let (Some(real), Some(_)) = (real, &real_st) {
+                self.delete(real, name, &path);
+            }
+            if self.mode == ApplyMode::Copy {
+                self.copied.insert(path, stamp);
+            }
+            return;
+        }
+        let kind = kind_of(&st);
+        if kind == Kind::Dir {
+            // In copy mode a directory that replaced the real one did so once: later
+            // applies merge into it (the host may have added to it since).
+            let applied_before = self.mode == ApplyMode::Copy && self.copied.contains_key(&path);
+            let entry_opaque =
+                !applied_before && (opaque || real_st.is_none() || !real_is_dir || self.view.opaque(&entry_up));
+            let Ok(sub_up) = open_upper(up, name) else {
+                return self.fail(path, "cannot open it in the layer".into());
+            };
+            if real_is_dir && !entry_opaque {
+                // A directory that was there: only what changed beneath it.
+                let Some(real) = real else { return };
+                match open_real(real, name) {
+                    Ok(sub_real) => {
+                        self.metadata(&sub_real, &st, &path);
+                        self.dir(&sub_up, &entry_up, Some(&sub_real), &path, false);
+                    }
+                    Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
+                }
+                return;
+            }
+            // A new directory, or one that replaces what was there.
+            if let Verdict::Refuse(why) = self.judge.judge(self.view, &path, Change::Create, true) {
+                return self.refuse(path, why);
+            }
+            let Some(real) = real else { return self.fail(path, "its directory was not applied".into()) };
+            if real_st.is_some() && !real_is_dir {
+                // A file replaced by a directory.
+                if !self.delete(real, name, &path) {
+                    return;
+                }
+            }
+            if self.mode == ApplyMode::Move && real_st.is_none() && self.clean(&sub_up, &entry_up, &path) {
+                // Nothing beneath it is refused: the whole tree moves at once.
+                self.sanitise(up, &entry_up, name, &st);
+                match rustix::fs::renameat_with(up, name, real, name, RenameFlags::NOREPLACE) {
+                    Ok(()) => {
+                        self.out.applied += 1;
+                        return;
+                    }
+                    Err(Errno::XDEV) => {}
+                    Err(e) => return self.fail(path, format!("cannot move it in: {}", errno_text(e))),
+                }
+            }
+            if real_st.is_none() {
+                let m = Mode::from_raw_mode(st.st_mode & 0o1777) | Mode::RWXU;
+                if let Err(e) = rustix::fs::mkdirat(real, name, m) {
+                    return self.fail(path, format!("cannot create it: {}", errno_text(e)));
+                }
+            }
+            match open_real(real, name) {
+                Ok(sub_real) => {
+                    self.dir(&sub_up, &entry_up, Some(&sub_real), &path, real_st.is_some());
+                    self.own(&sub_real, &st);
+                    let _ = rustix::fs::fchmod(&sub_real, Mode::from_raw_mode(st.st_mode & 0o1777));
+                    self.out.applied += 1;
+                    if self.mode == ApplyMode::Copy {
+                        self.copied.insert(path, stamp);
+                    }
+                }
+                Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
+            }
+            return;
+        }
+        // A file, a link, a FIFO or a socket.
+        let change = if real_st.is_some() { Change::Modify } else { Change::Create };
+        match self.judge.judge(self.view, &path, change, false) {
+            Verdict::Allow => {}
+            Verdict::Refuse(why) => return self.refuse(path, why),
+            Verdict::Vet(what) => {
+                let text = match read_small(up, name) {
+                    Ok(t) => t,
+                    Err(e) => return self.refuse(path, e),
+                };
+                if let Err(why) = persist::vet(what, &path, &text, self.view, self.judge) {
+                    return self.refuse(path, why);
+                }
+            }
+        }
+        let Some(real) = real else { return self.fail(path, "its directory was not applied".into()) };
+        if real_is_dir && !self.delete(real, name, &path) {
+            return;
+        }
+        self.sanitise(up, &entry_up, name, &st);
+        let moved = match self.mode {
+            ApplyMode::Move => match rustix::fs::renameat(up, name, real, name) {
+                Ok(()) => Ok(()),
+                Err(Errno::XDEV) => copy_file(up, name, real, name, &st),
+                Err(e) => Err(errno_text(e)),
+            },
+            ApplyMode::Copy => copy_file(up, name, real, name, &st),
+        };
+        match moved {
+            Ok(()) => {
+                self.out.applied += 1;
+                if self.mode == ApplyMode::Copy {
+                    self.copied.insert(path, stamp);
+                }
+            }
+            Err(e) => self.fail(path, format!("cannot apply it: {e}")),
+        }
+    }
+
+    /// Whether every entry beneath a new upper directory is allowed as it is
+    /// (then the directory moves whole); strips what must not reach the host.
+    fn clean(&mut self, up: &OwnedFd, up_path: &Path, path: &Path) -> bool {
+        let Ok(names) = names_in(up) else { return false };
+        for name in &names {
+            let sub = path.join(name);
+            let Ok(st) = rustix::fs::statat(up, name, AtFlags::SYMLINK_NOFOLLOW) else { return false };
+            if is_whiteout(&st) {
+                return false;
+            }
+            let dir = kind_of(&st) == Kind::Dir;
+            if self.judge.judge(self.view, &sub, Change::Create, dir) != Verdict::Allow {
+                return false;
+            }
+            self.sanitise(up, &up_path.join(name), name, &st);
+            if dir {
+                let Ok(sub_up) = open_upper(up, name) else { return false };
+                if !self.clean(&sub_up, &up_path.join(name), &sub) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Strips what must never reach the host from an upper entry:
+    /// set-user-ID and set-group-ID bits, and overlayfs's own xattrs.
+    fn sanitise(&self, up: &OwnedFd, entry_up: &Path, name: &OsStr, st: &rustix::fs::Stat) {
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if ft == FileType::RegularFile && st.st_mode & 0o6000 != 0 {
+            let _ = rustix::fs::chmodat(up, name, Mode::from_raw_mode(st.st_mode & 0o777), AtFlags::empty());
+        }
+        let mut buf = vec![0u8; 4096];
+        if let Ok(n) = rustix::fs::llistxattr(entry_up, &mut buf[..]) {
+            for attr in buf[..n].split(|b| *b == 0).filter(|a| !a.is_empty()) {
+                let attr = OsStr::from_bytes(attr);
+                if OVERLAY_XATTRS.iter().any(|p| attr.as_bytes().starts_with(p.as_bytes())) {
+                    let _ = rustix::fs::lremovexattr(entry_up, attr);
+                }
+            }
+        }
+    }
+
+    /// A directory that was there changed mode: judged, then applied.
+    fn metadata(&mut self, real: &OwnedFd, st: &rustix::fs::Stat, path: &Path) {
+        let Ok(now) = rustix::fs::fstat(real) else { return };
+        if now.st_mode & 0o7777 == st.st_mode & 0o7777 {
+            return;
+        }
+        match self.judge.judge(self.view, path, Change::Modify, true) {
+            Verdict::Allow => {
+                let _ = rustix::fs::fchmod(real, Mode::from_raw_mode(st.st_mode & 0o1777));
+            }
+            Verdict::Refuse(why) => self.refuse(path.to_path_buf(), why),
+            Verdict::Vet(_) => self.refuse(path.to_path_buf(), "its mode may not change here".into()),
+        }
+    }
+
+    /// Hands a directory warden made to the owner the tool gave it.
+    fn own(&self, real: &OwnedFd, st: &rustix::fs::Stat) {
+        if nix::unistd::geteuid().is_root() {
+            let _ = rustix::fs::fchown(
+                real,
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            );
+        }
+    }
+
+    /// Removes a real entry (recursively), each removal judged; whether it is gone.
+    fn delete(&mut self, dir: &OwnedFd, name: &OsStr, path: &Path) -> bool {
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { return true };
+        let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        if let Verdict::Refuse(why) = self.judge.judge(&persist::Real, path, Change::Delete, is_dir) {
+            self.refuse(path.to_path_buf(), why);
+            return false;
+        }
+        if is_dir {
+            let Ok(sub) = open_real(dir, name) else {
+                self.fail(path.to_path_buf(), "cannot open it to remove it".into());
+                return false;
+            };
+            let mut all = true;
+            for n in names_in(&sub).unwrap_or_default() {
+                all &= self.delete(&sub, &n, &path.join(&n));
+            }
+            if !all {
+                return false;
+            }
+        }
+        let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+        match rustix::fs::unlinkat(dir, name, flags) {
+            Ok(()) | Err(Errno::NOENT) => true,
+            Err(e) => {
+                self.fail(path.to_path_buf(), format!("cannot remove it: {}", errno_text(e)));
+                false
+            }
+        }
+    }
+}
+
+/// A file of the upper tree, for [`persist::vet`]: regular, at most [`persist::MAX_VETTED`] bytes.
+fn read_small(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot read it to check it: {}", errno_text(e)))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| errno_text(e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err("it is not a regular file".into());
+    }
+    let mut text = Vec::new();
+    std::fs::File::from(fd).take(persist::MAX_VETTED + 1).read_to_end(&mut text).map_err(|e| e.to_string())?;
+    if text.len() as u64 > persist::MAX_VETTED {
+        return Err(format!("it is larger than the {} bytes warden checks", persist::MAX_VETTED));
+    }
+    Ok(text)
+}
+
+/// Copies one non-directory entry of the upper tree into the real one
+/// (replacing what is there): a file's bytes, a link, a FIFO; owner, mode and
+/// times kept. Sockets are not copied (nothing listens on them any more).
+fn copy_file(up: &OwnedFd, name: &OsStr, real: &OwnedFd, to: &OsStr, st: &rustix::fs::Stat) -> Result<(), String> {
+    let tmp_name = {
+        let mut b = [0u8; 6];
+        let _ = getrandom::fill(&mut b);
+        let mut n = OsString::from(".warden-apply-");
+        n.push(hex::encode(b));
+        n
+    };
+    let mode = Mode::from_raw_mode(st.st_mode & 0o777);
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {
+            let src = rustix::fs::openat(up, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                .map_err(errno_text)?;
+            let dst = rustix::fs::openat(
+                real,
+                &tmp_name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                mode,
+            )
+            .map_err(errno_text)?;
+            let copied = (|| -> Result<(), String> {
+                let mut src = std::fs::File::from(src);
+                let mut dst = std::fs::File::from(dst);
+                std::io::copy(&mut src, &mut dst).map_err(|e| e.to_string())?;
+                let _ = rustix::fs::fchmod(&dst, mode);
+                if nix::unistd::geteuid().is_root() {
+                    let _ = rustix::fs::fchown(
+                        &dst,
+                        Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                        Some(rustix::fs::Gid::from_raw(st.st_gid)),
+                    );
+                }
+                let times = rustix::fs::Timestamps {
+                    last_access: rustix::fs::Timespec { tv_sec: st.st_atime, tv_nsec: st.st_atime_nsec as _ },
+                    last_modification: rustix::fs::Timespec { tv_sec: st.st_mtime, tv_nsec: st.st_mtime_nsec as _ },
+                };
+                let _ = rustix::fs::futimens(&dst, &times);
+                Ok(())
+            })();
+            if let Err(e) = copied {
+                let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
+                return Err(e);
+            }
+        }
+        FileType::Symlink => {
+            let target = rustix::fs::readlinkat(up, name, Vec::new()).map_err(errno_text)?;
+            rustix::fs::symlinkat(target.as_c_str(), real, &tmp_name).map_err(errno_text)?;
+        }
+        FileType::Fifo => {
+            rustix::fs::mknodat(real, &tmp_name, FileType::Fifo, mode, 0).map_err(errno_text)?;
+        }
+        _ => return Ok(()),
+    }
+    rustix::fs::renameat(real, &tmp_name, real, to).map_err(|e| {
+        let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
+        errno_text(e)
+    })
+}
+
+#[cfg(test)]
+mod tests;
