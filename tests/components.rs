@@ -327,6 +327,7 @@ mod protected_paths {
             limits,
             workspace: ws.clone(),
             has_tmp: false,
+            tmp: None,
             sysv_ipc: false,
             inotify: false,
             system: false,

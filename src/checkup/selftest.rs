@@ -93,6 +93,7 @@ impl Scene {
             limits: Scene::limits(timeout),
             workspace: self.ws.clone(),
             has_tmp: false,
+            tmp: None,
             sysv_ipc: false,
             inotify: false,
             system: false,

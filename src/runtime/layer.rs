@@ -501,7 +501,8 @@ impl Walk<'_, '_> {
             Err(e) => return self.fail(path, format!("cannot stat it in the layer: {}", errno_text(e))),
         };
         let stamp = Stamp::of(&st);
-        if self.mode == ApplyMode::Copy && self.copied.get(&path) == Some(&stamp) && kind_of(&st) != Kind::Dir {
+        // Applied (copied) before and unchanged since: the host may have changed it meanwhile.
+        if self.copied.get(&path) == Some(&stamp) && kind_of(&st) != Kind::Dir {
             return;
         }
         let real_st = real.and_then(|r| rustix::fs::statat(r, name, AtFlags::SYMLINK_NOFOLLOW).ok());
@@ -520,7 +521,7 @@ impl Walk<'_, '_> {
         if kind == Kind::Dir {
             // In copy mode a directory that replaced the real one did so once: later
             // applies merge into it (the host may have added to it since).
-            let applied_before = self.mode == ApplyMode::Copy && self.copied.contains_key(&path);
+            let applied_before = self.copied.contains_key(&path);
             let entry_opaque =
                 !applied_before && (opaque || real_st.is_none() || !real_is_dir || self.view.opaque(&entry_up));
             let Ok(sub_up) = open_upper(up, name) else {

@@ -181,6 +181,8 @@ pub struct Walls {
     pub workspace: PathBuf,
     /// Whether the call has a `{tmp}`.
     pub has_tmp: bool,
+    /// The call's `{tmp}`, when it has one (nothing in it outlives the call).
+    pub tmp: Option<PathBuf>,
     /// SysV IPC and POSIX message queues admitted without a private IPC namespace.
     pub sysv_ipc: bool,
     /// inotify watches admitted.
@@ -280,6 +282,7 @@ impl Walls {
             limits: tool.limits,
             workspace: workspace.to_path_buf(),
             has_tmp: tmp.is_some(),
+            tmp: tmp.as_ref().map(|t| t.path.clone()),
             sysv_ipc: g.sysv_ipc,
             inotify: g.inotify,
             system: g.system,

@@ -145,6 +145,12 @@ impl Connection {
         lock(&self.process).pid()
     }
 
+    /// Applies what the server wrote so far to the real tree (its layer,
+    /// judged); `None` when it has none.
+    pub fn apply_layer(&self) -> Option<crate::runtime::layer::Applied> {
+        lock(&self.process).apply_layer()
+    }
+
     /// Stops the server now.
     pub fn stop(&self) {
         lock(&self.process).stop();

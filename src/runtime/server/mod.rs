@@ -173,19 +173,34 @@ impl ServerPool {
         };
         let params = json!({"name": tool, "arguments": args});
         let on_progress: Option<&dyn Fn(&Value)> = if tap.is_some() { Some(&show) } else { None };
-        let result = conn.request_with_progress("tools/call", params, spec.limits.timeout, cancel, on_progress)?;
+        let result = conn.request_with_progress("tools/call", params, spec.limits.timeout, cancel, on_progress);
+        // What it wrote while answering reaches the real tree now, judged.
+        let applied = conn.apply_layer();
+        let refused = applied.as_ref().and_then(|a| a.to_json(20, &self.workspace));
+        let note = match &refused {
+            Some(r) => format!("; warden refused changes it made: {r}"),
+            None => String::new(),
+        };
+        let result = result.map_err(|e| CallError::new(e.code, format!("{}{note}", e.message)))?;
         let output_bytes = result.to_string().len() as u64;
         let usage = Usage { output_bytes, ..Usage::default() };
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
             let text = text_of(&result);
             return Err(CallError::new(
                 ErrorCode::ExecutionFailed,
-                format!("{}__{tool}: the server reports an error: {text}", spec.name),
+                format!("{}__{tool}: the server reports an error: {text}{note}", spec.name),
             ));
         }
         let mut value = json!({"content": result.get("content").cloned().unwrap_or_else(|| json!([]))});
         if let Some(s) = result.get("structuredContent") {
             value["structuredContent"] = s.clone();
+        }
+        if let Some(r) = refused {
+            // MCP clients see content blocks: the refusal is one too.
+            if let Some(blocks) = value["content"].as_array_mut() {
+                blocks.push(json!({"type": "text", "text": format!("warden refused changes this call made: {r}")}));
+            }
+            value["layer"] = r;
         }
         // MCP content: fitted to max_output block by block (an image is dropped whole, never cut).
         Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()), blocks: true }, sandbox))

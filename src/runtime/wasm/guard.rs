@@ -37,6 +37,7 @@ use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
 use super::HostState;
+use crate::runtime::persist::{self, Change, Kind, Verdict, View};
 use crate::runtime::protect::{Deny, Protection};
 
 /// Most symbolic links followed in one path (Linux's own bound).
@@ -96,6 +97,8 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub(super) struct Guard {
     protect: Protection,
+    /// The directories the call may write (canonical), for [`persist`].
+    roots: Vec<PathBuf>,
     refusal: Option<Refusal>,
     /// Where each descriptor the guest holds lies (by its handle), as the
     /// kernel said when it was opened or first judged. Forgotten when the
@@ -107,11 +110,77 @@ pub(super) struct Guard {
 }
 
 impl Guard {
-    /// A guard for one call.
-    pub(super) fn new(protect: Protection) -> Guard {
+    /// A guard for one call that may write `roots`.
+    pub(super) fn new(protect: Protection, roots: Vec<PathBuf>) -> Guard {
         let reads =
             protect.rules.iter().any(|r| r.deny == Deny::Read) || protect.patterns.iter().any(|p| p.deny == Deny::Read);
-        Guard { protect, refusal: None, paths: HashMap::new(), reads }
+        Guard { protect, roots, refusal: None, paths: HashMap::new(), reads }
+    }
+
+    /// Judges a change at `path` by what may be left in a write grant
+    /// ([`persist`]): against the real tree, with a created entry counted.
+    fn persist(&mut self, op: &'static str, path: &Path, change: Change, kind: Kind) -> FsResult<()> {
+        if self.roots.is_empty() {
+            return Ok(());
+        }
+        let judge = persist::Judge::new(&self.roots, &self.protect);
+        let view = persist::RealPlus { path, kind };
+        let verdict = match change {
+            Change::Create => judge.judge(&view, path, change, kind == Kind::Dir),
+            _ => judge.judge(&persist::Real, path, change, kind == Kind::Dir),
+        };
+        let why = match verdict {
+            Verdict::Allow => return Ok(()),
+            Verdict::Refuse(why) => why,
+            Verdict::Vet(_) => "a component may not write a .git link, a worktree's commondir or a repository's \
+                                config (git submodule and git worktree, run as a process tool, may)"
+                .to_string(),
+        };
+        Err(self.refuse(op, path, Deny::Write, format!("protected: {why}"), None))
+    }
+
+    /// Refuses moving a directory that holds a file a deny pattern matches:
+    /// the pattern would no longer match it where it went.
+    fn patterns_beneath(&mut self, op: &'static str, dir: &Path) -> FsResult<()> {
+        if self.protect.patterns.is_empty() || !dir.is_dir() {
+            return Ok(());
+        }
+        let mut stack = vec![dir.to_path_buf()];
+        let mut walked = 0usize;
+        while let Some(d) = stack.pop() {
+            let entries = match std::fs::read_dir(&d) {
+                Ok(e) => e,
+                Err(e) => {
+                    let why =
+                        format!("warden cannot look inside {} for files its deny patterns cover: {e}", d.display());
+                    return Err(self.refuse(op, dir, Deny::Write, why, None));
+                }
+            };
+            for e in entries {
+                walked += 1;
+                let e = match e {
+                    Ok(e) if walked <= crate::runtime::protect::MAX_WALK => e,
+                    _ => {
+                        let why = format!(
+                            "warden cannot tell whether a deny pattern covers a file beneath {} (unreadable, or \
+                             more than {} entries)",
+                            d.display(),
+                            crate::runtime::protect::MAX_WALK
+                        );
+                        return Err(self.refuse(op, dir, Deny::Write, why, None));
+                    }
+                };
+                let path = e.path();
+                if let Some(p) = self.protect.patterns.iter().find(|p| p.covers(&path)) {
+                    let (deny, why) = (p.deny, p.why.clone());
+                    return Err(self.refuse(op, dir, deny, why, Some(path)));
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The latest refusal, if any.
@@ -428,12 +497,34 @@ impl Guarded<'_> {
         follow: bool,
         write: bool,
         pinned: bool,
-    ) -> FsResult<()> {
+    ) -> FsResult<Vec<PathBuf>> {
         if !self.guard.active(write) {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let chain = self.reach(op, fd, path, follow)?;
-        self.guard.judge_all(op, &chain, write, pinned)
+        self.guard.judge_all(op, &chain, write, pinned)?;
+        Ok(chain)
+    }
+
+    /// Judges a change at `path` relative to `fd`: the paths it reaches, then
+    /// what it leaves where it lands ([`persist`]).
+    #[allow(clippy::too_many_arguments)] // the operation's parts, as the WASI call gives them
+    fn check_change(
+        &mut self,
+        op: &'static str,
+        fd: &Resource<Descriptor>,
+        path: &str,
+        follow: bool,
+        pinned: bool,
+        change: Change,
+        kind: Kind,
+    ) -> FsResult<Vec<PathBuf>> {
+        let chain = self.check_at(op, fd, path, follow, true, pinned)?;
+        if let Some(last) = chain.last() {
+            let change = if change == Change::Create && persist::Real.exists(last) { Change::Modify } else { change };
+            self.guard.persist(op, last, change, kind)?;
+        }
+        Ok(chain)
     }
 
     /// Judges an operation on the descriptor itself.
@@ -442,7 +533,12 @@ impl Guarded<'_> {
             return Ok(());
         }
         let path = self.where_is(op, fd)?;
-        self.guard.judge(op, &path, write, false)
+        self.guard.judge(op, &path, write, false)?;
+        if write {
+            let kind = if path.is_dir() { Kind::Dir } else { Kind::File };
+            self.guard.persist(op, &path, Change::Modify, kind)?;
+        }
+        Ok(())
     }
 }
 
@@ -533,7 +629,7 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_at("create", &fd, &path, false, true, false)?;
+        self.check_change("create", &fd, &path, false, false, Change::Create, Kind::Dir)?;
         fs::HostDescriptor::create_directory_at(&mut self.fs, fd, path)
     }
 
@@ -559,7 +655,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         atim: fs::NewTimestamp,
         mtim: fs::NewTimestamp,
     ) -> FsResult<()> {
-        self.check_at("set the times of", &fd, &path, follows(path_flags), true, false)?;
+        self.check_change("set the times of", &fd, &path, follows(path_flags), false, Change::Modify, Kind::File)?;
         fs::HostDescriptor::set_times_at(&mut self.fs, fd, path_flags, path, atim, mtim)
     }
 
@@ -574,7 +670,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         // A second name for a protected file would be a way to write it, and
         // for a denied one a way to read it: the source is judged as a write.
         self.check_at("link", &fd, &old_path, follows(old_path_flags), true, false)?;
-        self.check_at("link", &new_descriptor, &new_path, false, true, true)?;
+        self.check_change("link", &new_descriptor, &new_path, false, true, Change::Create, Kind::File)?;
         fs::HostDescriptor::link_at(&mut self.fs, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
 
@@ -592,7 +688,18 @@ impl fs::HostDescriptor for Guarded<'_> {
             return fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags);
         }
         let op = if write { "open for writing" } else { "open" };
-        self.check_at(op, &fd, &path, follows(path_flags), write, false)?;
+        if write {
+            let kind =
+                if flags.contains(fs::DescriptorFlags::MUTATE_DIRECTORY) || oflags.contains(fs::OpenFlags::DIRECTORY) {
+                    Kind::Dir
+                } else {
+                    Kind::File
+                };
+            let change = if oflags.contains(fs::OpenFlags::CREATE) { Change::Create } else { Change::Modify };
+            self.check_change(op, &fd, &path, follows(path_flags), false, change, kind)?;
+        } else {
+            self.check_at(op, &fd, &path, follows(path_flags), write, false)?;
+        }
         let opened = fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path, oflags, flags)?;
         // Judged again where the kernel says the new descriptor lies (a link
         // swapped in since the check lands here).
@@ -618,7 +725,7 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_at("remove", &fd, &path, false, true, true)?;
+        self.check_change("remove", &fd, &path, false, true, Change::Delete, Kind::Dir)?;
         fs::HostDescriptor::remove_directory_at(&mut self.fs, fd, path)
     }
 
@@ -629,8 +736,16 @@ impl fs::HostDescriptor for Guarded<'_> {
         new_fd: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        self.check_at("rename", &fd, &old_path, false, true, true)?;
-        self.check_at("rename onto", &new_fd, &new_path, false, true, true)?;
+        let from = self.check_change("rename", &fd, &old_path, false, true, Change::Delete, Kind::File)?;
+        let kind = match from.last() {
+            Some(p) if p.is_dir() => {
+                self.guard.patterns_beneath("rename", p)?;
+                Kind::Dir
+            }
+            Some(p) if persist::Real.kind(p) == Some(Kind::Link) => Kind::Link,
+            _ => Kind::File,
+        };
+        self.check_change("rename onto", &new_fd, &new_path, false, true, Change::Create, kind)?;
         let renamed = fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path);
         // Any descriptor may lie beneath what moved: ask the kernel again.
         self.guard.paths.clear();
@@ -641,12 +756,12 @@ impl fs::HostDescriptor for Guarded<'_> {
         // A link in place of a directory a protected path lies beneath (`.git`
         // absent, `.git -> elsewhere`) would move that path where the rules
         // do not look, while the host's git still finds it by name.
-        self.check_at("create the link", &fd, &dest_path, false, true, true)?;
+        self.check_change("create the link", &fd, &dest_path, false, true, Change::Create, Kind::Link)?;
         fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
     }
 
     fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_at("delete", &fd, &path, false, true, true)?;
+        self.check_change("delete", &fd, &path, false, true, Change::Delete, Kind::File)?;
         fs::HostDescriptor::unlink_file_at(&mut self.fs, fd, path)
     }
 
@@ -774,7 +889,8 @@ mod tests {
         b.preopened_dir(&ws, ws.to_string_lossy(), FsPerms::ReadWrite).unwrap();
         b.preopened_dir(ws.join("secrets"), "/s", FsPerms::ReadWrite).unwrap();
         let wasi = Wasi { ctx: b.build(), table: wasmtime::component::ResourceTable::new() };
-        Ws { _dir: dir, ws, wasi, guard: Guard::new(protect) }
+        let roots = vec![ws.clone()];
+        Ws { _dir: dir, ws, wasi, guard: Guard::new(protect, roots) }
     }
 
     impl Guarded<'_> {
@@ -963,7 +1079,7 @@ mod tests {
         let mut w = ws();
         w.guard.protect.rules.retain(|r| r.deny == Deny::Write);
         w.guard.protect.patterns.clear();
-        w.guard = Guard::new(std::mem::take(&mut w.guard.protect));
+        w.guard = Guard::new(std::mem::take(&mut w.guard.protect), vec![w.ws.clone()]);
         let (mut g, root, _) = w.fs();
         let cfg = open(&mut g, root, ".git/config", fs::OpenFlags::empty(), READ).unwrap();
         assert!(g.paths().is_empty(), "a read was located");

@@ -451,6 +451,7 @@ impl ComponentRuntime {
             },
             workspace: PathBuf::from("/"),
             has_tmp: false,
+            tmp: None,
             sysv_ipc: false,
             inotify: false,
             system: false,
@@ -553,7 +554,10 @@ impl ComponentRuntime {
         let state = HostState {
             wasi: Wasi { ctx: b.build(), table: ResourceTable::new() },
             limiter: MemoryLimiter { memory, peak: 0, refused: false },
-            guard: guard::Guard::new(walls.protect.clone()),
+            guard: guard::Guard::new(
+                walls.protect.clone(),
+                crate::runtime::layer::roots_of(&walls.dirs, walls.tmp.as_deref()),
+            ),
             net,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             progress: crate::runtime::progress::Reporter::default(),
@@ -1056,6 +1060,7 @@ mod tests {
             limits,
             workspace: PathBuf::from("/"),
             has_tmp: false,
+            tmp: None,
             sysv_ipc: false,
             inotify: false,
             system: false,
