@@ -579,9 +579,21 @@ fn expand(pattern: &str, dirs: &[(PathBuf, bool)]) -> Result<Vec<PathBuf>, Strin
     let mut found = Vec::new();
     let mut walked = 0usize;
     let mut stack = starts;
+    // A start that does not exist holds no match; any other error fails the
+    // call: a directory the walk cannot read could hold one.
+    stack.retain(|p| std::fs::symlink_metadata(p).is_ok());
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                return Err(format!(
+                    "cannot look inside {} for paths it matches: {e}; make it readable, or narrow the pattern",
+                    dir.display()
+                ));
+            }
+        };
+        for e in entries {
+            let e = e.map_err(|e| format!("cannot read {} for paths it matches: {e}", dir.display()))?;
             walked += 1;
             if walked > MAX_WALK {
                 return Err(format!(
@@ -590,7 +602,8 @@ fn expand(pattern: &str, dirs: &[(PathBuf, bool)]) -> Result<Vec<PathBuf>, Strin
                 ));
             }
             let path = e.path();
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            let is_dir =
+                e.file_type().map_err(|err| format!("cannot tell what {} is: {err}", path.display()))?.is_dir();
             if glob_components_of(&pat, &path) {
                 found.push(path);
                 if found.len() > MAX_MATCHES {
