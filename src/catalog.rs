@@ -361,11 +361,6 @@ impl Found<'_> {
                     && let Ok(protection) = crate::runtime::protect::preview(spec)
                     && !protection.is_empty()
                 {
-                    let mut paths: Vec<String> =
-                        protection.rules.iter().map(|r| r.path.display().to_string()).take(20).collect();
-                    if protection.rules.len() > paths.len() {
-                        paths.push(format!("and {} more", protection.rules.len() - paths.len()));
-                    }
                     return Err(CallError::new(
                         ErrorCode::SandboxUnavailable,
                         format!(
@@ -374,7 +369,7 @@ impl Found<'_> {
                              to run without them",
                             spec.name,
                             spec.location,
-                            paths.join(", ")
+                            protection.named(20)
                         ),
                     ));
                 }

@@ -303,6 +303,7 @@ mod protected_paths {
                     deny: Deny::Read,
                     why: "fs.deny_read".into(),
                 }],
+                ..Protection::default()
             }
         } else {
             Protection::default()

@@ -689,8 +689,9 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
     let names: Vec<&str> = out.split_whitespace().collect();
     // bash adds PWD, SHLVL and _ itself; warden points the temporary and cache
-    // variables at the call's {tmp} and names the progress pipe; everything
-    // else comes from the policy.
+    // variables at the call's {tmp}, names the progress pipe, and lets git look
+    // past the workspace's layer for its repository; everything else comes from
+    // the policy.
     let expected = [
         "HOME",
         "PATH",
@@ -703,6 +704,7 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
         "PYTHONPYCACHEPREFIX",
         "PYTEST_ADDOPTS",
         "WARDEN_PROGRESS_FD",
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
     ];
     let unexpected: Vec<&&str> = names.iter().filter(|n| !expected.contains(n)).collect();
     assert!(unexpected.is_empty(), "leaked variables: {unexpected:?} ({r:?})");

@@ -657,6 +657,24 @@ pub fn preview(tool: &crate::policy::ToolSpec) -> Result<Protection, String> {
 }
 
 impl Protection {
+    /// The rules in the order a person wants them named: the policy's own
+    /// (`fs.deny_*`) first, then built-in ones that exist, then the rest.
+    pub fn by_weight(&self) -> Vec<&PathRule> {
+        let mut v: Vec<&PathRule> = self.rules.iter().collect();
+        v.sort_by_key(|r| (r.why.starts_with("protected"), r.kind == Kind::Absent));
+        v
+    }
+
+    /// The first `max` paths of [`Protection::by_weight`], and how many more, for messages.
+    pub fn named(&self, max: usize) -> String {
+        let all = self.by_weight();
+        let mut paths: Vec<String> = all.iter().take(max).map(|r| r.path.display().to_string()).collect();
+        if all.len() > max {
+            paths.push(format!("and {} more", all.len() - max));
+        }
+        paths.join(", ")
+    }
+
     /// One line per kind of rule: `read-only (protected) in ROOT: .git/hooks, .envrc, …`,
     /// `deny_read: PATTERN`, for listings.
     pub fn summary(&self) -> Vec<String> {

@@ -299,16 +299,6 @@ impl ProcessRuntime {
             return Ok(());
         }
         let ns = self.namespace_support();
-        let mut paths: Vec<String> = walls
-            .protect
-            .rules
-            .iter()
-            .take(20)
-            .map(|r| format!("{} ({})", r.path.display(), r.deny.as_str()))
-            .collect();
-        if walls.protect.rules.len() > 20 {
-            paths.push(format!("and {} more", walls.protect.rules.len() - 20));
-        }
         Err(CallError::new(
             ErrorCode::SandboxUnavailable,
             format!(
@@ -316,7 +306,7 @@ impl ProcessRuntime {
                  from by mounts in a mount namespace of its own, and none can be made here: {}; enable \
                  unprivileged user namespaces, run warden as root, or set [sandbox] mode = \"best-effort\" \
                  to run without these paths enforced",
-                paths.join(", "),
+                walls.protect.named(20),
                 ns.reason.unwrap_or_else(|| "the kernel refused them".into())
             ),
         ))
@@ -954,8 +944,14 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
     if !text.contains("Read-only file system") && !text.contains("Device or resource busy") {
         return None;
     }
-    let ro: Vec<&crate::runtime::protect::PathRule> =
-        walls.protect.rules.iter().filter(|r| r.deny == crate::runtime::protect::Deny::Write).collect();
+    // The policy's own first, then the built-in ones; only what is mounted (what
+    // does not exist is refused when the call's layer is applied instead).
+    let ro: Vec<&crate::runtime::protect::PathRule> = walls
+        .protect
+        .by_weight()
+        .into_iter()
+        .filter(|r| r.deny == crate::runtime::protect::Deny::Write && r.kind != crate::runtime::protect::Kind::Absent)
+        .collect();
     if ro.is_empty() {
         return None;
     }
@@ -968,8 +964,8 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
     why.dedup();
     why.truncate(5);
     Some(format!(
-        "these paths are read-only in warden's sandbox ({}): {}; writes there fail with EROFS, and renaming or \
-         removing them or the directories above them fails with EBUSY",
+        "these paths are read-only in warden's sandbox ({}): {}; writes there fail with EROFS, removing or \
+         renaming them with EBUSY, and renaming a directory that was there before the call with EXDEV",
         why.join("; "),
         paths.join(", ")
     ))
