@@ -110,6 +110,8 @@ pub struct Layer {
     copied: HashMap<PathBuf, Stamp>,
     /// Keep the directory: something in it was not applied.
     keep: bool,
+    /// Remove the directory it lies in once it is empty (one beside a grant).
+    remove_base: bool,
 }
 
 /// Enough of a stat to tell that an upper entry changed.
@@ -147,32 +149,76 @@ pub fn roots_of(dirs: &[(PathBuf, bool)], tmp: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// Where layers are kept: warden's state directory, or where that lies in a
-/// write grant (a grant of `{home}`), the runtime directory or `/var/tmp`.
-fn base_dir(roots: &[PathBuf]) -> Result<PathBuf, String> {
+/// Where a call's layers are kept: a directory of this user's outside every
+/// write grant, on the same file system as the grants when one can be found
+/// (then the changes move in by `rename`, and fill the disk the tool's writes
+/// would have filled): warden's state directory, or else beside the nearest
+/// ancestor of a grant on its file system (`.warden-layers-UID`, removed again
+/// when empty); failing both, the state directory, the runtime directory or
+/// `/var/tmp` on another file system (the changes are then copied in).
+fn base_dir(roots: &[PathBuf]) -> Result<Base, String> {
+    use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::geteuid().as_raw();
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let state = env("XDG_STATE_HOME").or_else(|| env("HOME").map(|h| h.join(".local/state")));
-    let candidates = [
-        state.map(|s| s.join("warden/layers")),
-        env("XDG_RUNTIME_DIR").map(|r| r.join("warden/layers")),
-        Some(PathBuf::from(format!("/var/tmp/warden-{uid}/layers"))),
-    ];
+    let state =
+        env("XDG_STATE_HOME").or_else(|| env("HOME").map(|h| h.join(".local/state"))).map(|s| s.join("warden/layers"));
+    let clash = |p: &Path| roots.iter().any(|r| p.starts_with(r) || r.starts_with(p));
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
     let mut tried = Vec::new();
-    for c in candidates.into_iter().flatten() {
-        let clash = |p: &Path| roots.iter().any(|r| p.starts_with(r) || r.starts_with(p));
-        // Compare canonical forms where the directory exists.
-        let canon = c.canonicalize().unwrap_or_else(|_| c.clone());
-        if clash(&c) || clash(&canon) {
+    let usable = |c: &Path, tried: &mut Vec<String>| -> Option<PathBuf> {
+        if clash(c) {
             tried.push(format!("{} (inside a write grant)", c.display()));
-            continue;
+            return None;
         }
-        match private_dir(&c, uid) {
-            Ok(()) => return Ok(c),
-            Err(e) => tried.push(format!("{}: {e}", c.display())),
+        match private_dir(c, uid).and_then(|()| c.canonicalize().map_err(|e| e.to_string())) {
+            Ok(canon) if !clash(&canon) => Some(canon),
+            Ok(_) => {
+                tried.push(format!("{} (inside a write grant)", c.display()));
+                None
+            }
+            Err(e) => {
+                tried.push(format!("{}: {e}", c.display()));
+                None
+            }
+        }
+    };
+    let want = roots.first().and_then(|r| dev(r));
+    // The state directory, when it shares the grants' file system.
+    if let Some(st) = &state
+        && let Some(dir) = usable(st, &mut tried)
+        && dev(&dir) == want
+    {
+        return Ok(Base { dir, shared: false });
+    }
+    // Beside the nearest ancestor of the first grant that is on its file system and writable.
+    if let Some(root) = roots.first() {
+        for a in root.ancestors().skip(1) {
+            if dev(a) != want {
+                break;
+            }
+            if nix::unistd::access(a, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_err() {
+                continue;
+            }
+            let c = a.join(format!(".warden-layers-{uid}"));
+            if let Some(dir) = usable(&c, &mut tried) {
+                return Ok(Base { dir, shared: true });
+            }
+        }
+    }
+    let runtime = env("XDG_RUNTIME_DIR").map(|r| r.join("warden/layers"));
+    for c in [state, runtime, Some(PathBuf::from(format!("/var/tmp/warden-{uid}/layers")))].into_iter().flatten() {
+        if let Some(dir) = usable(&c, &mut tried) {
+            return Ok(Base { dir, shared: false });
         }
     }
     Err(format!("no directory to keep the call's layer in: {}", tried.join("; ")))
+}
+
+/// Where layers are kept, and whether it is a directory of warden's beside a
+/// grant (removed when no layer is left in it).
+struct Base {
+    dir: PathBuf,
+    shared: bool,
 }
 
 /// Makes `dir` (and its parents) and checks that it is a directory of this
@@ -201,7 +247,16 @@ fn errno_text(e: Errno) -> String {
 impl Layer {
     /// A fresh layer for `roots` (from [`roots_of`]), under the call id `id`.
     pub fn create(id: &str, roots: &[PathBuf]) -> Result<Layer, String> {
-        Layer::create_in(&base_dir(roots)?, id, roots)
+        let base = base_dir(roots)?;
+        let mut layer = Layer::create_in(&base.dir, id, roots);
+        // A directory beside the grant that another call removed as it emptied: made again.
+        if base.shared && layer.is_err() && !base.dir.exists() {
+            let base = base_dir(roots)?;
+            layer = Layer::create_in(&base.dir, id, roots);
+        }
+        let mut layer = layer?;
+        layer.remove_base = base.shared;
+        Ok(layer)
     }
 
     /// [`Layer::create`] in the directory `base`.
@@ -216,7 +271,14 @@ impl Layer {
             .map_err(|e| format!("cannot create the layer's lock in {}: {e}", dir.display()))?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| format!("cannot lock the layer {}: {e}", dir.display()))?;
-        let mut layer = Layer { dir: dir.clone(), _lock: lock, roots: Vec::new(), copied: HashMap::new(), keep: false };
+        let mut layer = Layer {
+            dir: dir.clone(),
+            _lock: lock,
+            roots: Vec::new(),
+            copied: HashMap::new(),
+            keep: false,
+            remove_base: false,
+        };
         for (i, root) in roots.iter().enumerate() {
             let upper = dir.join(format!("{i}.upper"));
             let work = dir.join(format!("{i}.work"));
@@ -275,6 +337,12 @@ impl Drop for Layer {
         }
         if let Err(e) = remove_tree(&self.dir) {
             tracing::warn!("cannot remove the layer {}: {e}", self.dir.display());
+        }
+        if self.remove_base
+            && let Some(base) = self.dir.parent()
+        {
+            // Fails while another call's layer is in it, as it should.
+            let _ = std::fs::remove_dir(base);
         }
     }
 }

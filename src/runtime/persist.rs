@@ -210,6 +210,9 @@ fn names(path: &Path) -> Vec<&str> {
         .collect()
 }
 
+/// What makes a directory a git directory ([`git_signature`]).
+const GIT_SIGNATURE: &[&str] = &["HEAD", "commondir", "objects", "refs"];
+
 const GIT_STATE_DIRS: &[&str] = &[
     "objects",
     "refs",
@@ -344,17 +347,29 @@ impl<'a> Judge<'a> {
         let name = rel.last().copied().unwrap_or("");
         // The nearest git directory the entry lies in, in the tree as it will be.
         let parent = path.parent().unwrap_or(root);
-        let git = parent.ancestors().take_while(|a| a.starts_with(root)).find(|a| view.is_git_dir(a));
+        // A new git directory that may not be made loses what makes it one (its
+        // HEAD, objects, refs, commondir: refused here), so beneath it the entry
+        // is judged as if it were none; the search goes on above it.
+        let mut git = None;
+        for a in parent.ancestors().take_while(|a| a.starts_with(root)) {
+            if !view.is_git_dir(a) {
+                continue;
+            }
+            if self.real_git_dir(a) {
+                git = Some((a, GitKind::Existing));
+                break;
+            }
+            match self.new_git_kind(a, root) {
+                Ok(kind) => {
+                    git = Some((a, kind));
+                    break;
+                }
+                Err(why) if path.parent() == Some(a) && GIT_SIGNATURE.contains(&name) => return Verdict::Refuse(why),
+                Err(_) => {}
+            }
+        }
         match git {
-            Some(g) => {
-                let kind = if self.real_git_dir(g) {
-                    GitKind::Existing
-                } else {
-                    match self.new_git_kind(g, root) {
-                        Ok(k) => k,
-                        Err(why) => return Verdict::Refuse(why),
-                    }
-                };
+            Some((g, kind)) => {
                 let inner = path.strip_prefix(g).map(names).unwrap_or_default();
                 git_place(kind, &inner, dir, g)
             }

@@ -481,7 +481,8 @@ pub(crate) fn cases() -> Vec<Case> {
             "fs-ro-rename/process",
             "process",
             "rename a read-only file in place, and move it into the writable workspace",
-            "Permission denied for both; the file stays where it was",
+            "Permission denied for both (mv's copy into the workspace is a read the grant allows); the file stays \
+             where it was",
             |s| ro_process(s, "ro-rename", |f, d| format!("mv {f} {d}/moved.txt; mv {f} ./stolen.txt"), 2),
         ),
         c(
@@ -1066,7 +1067,10 @@ fn ro_process(s: &Scene, name: &str, command: fn(&str, &str) -> String, denials:
     let listing: Vec<String> = std::fs::read_dir(&dir)
         .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
-    let stolen = ws.join("stolen.txt").exists();
+    // A copy into the workspace is a read the grant allows (mv copies when the
+    // rename crosses into the call's layer): only the original must stay.
+    let stolen =
+        ws.join("stolen.txt").exists() && std::fs::read_to_string(ws.join("stolen.txt")).unwrap_or_default() != "KEEP";
     let o = refused(s, &r, denials);
     Observed::new(
         o.contained && intact && listing == ["keep.txt"] && !stolen,

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use crate::scene::{CANARY_VAR, PYTHON, Run, WARDEN, brief, cache_dir, clip, run_bounded, set_mode, text};
 use crate::{Case, Observed, Scene};
 
+mod construction;
 mod served;
 
 const CLASS: &str = "persistence";
@@ -929,24 +930,78 @@ pub(crate) fn cases() -> Vec<Case> {
     };
     v.push(served(
         "persist-served-reuse/process",
-        "one warden serve: every route against an absent .profile while another call holds its placeholder, then back \
-         to back within the linger, each also rmdir and mv of the placeholder",
-        "each route refused (the shared placeholder is read-only in every call); the name absent once serve ends, no \
-         placeholder left",
+        "one warden serve: every route against an absent .profile while another call runs, then back to back",
+        "each call's writes reach the workspace only when it ends, judged: .profile never appears, the ordinary \
+         writes do; nothing of warden's in the workspace at any time",
         served::reuse,
     ));
     v.push(served(
         "persist-served-chmod/process",
         "one warden serve: a call makes the workspace unsearchable (chmod 000) while the next call starts and writes \
          .profile",
-        "the next call fails closed or runs held; the held placeholder is kept; the name absent once serve ends",
+        "the chmod stays in the first call's layer (the host's mode never changes); the next call runs; the name \
+         absent once serve ends",
         served::unsearchable,
     ));
     v.push(served(
         "persist-served-killed/process",
-        "warden serve killed (SIGKILL) while its placeholder lingers, then warden call writes the leftover .profile",
-        "the leftover placeholder is adopted and mounted read-only, then removed; the name absent",
+        "warden serve killed (SIGKILL) while a call has written .profile in its layer, then warden call writes it",
+        "nothing of the killed call reaches the workspace; the next call's .profile is refused; the name absent",
         served::killed,
+    ));
+    use construction::Attack;
+    let planted = |what: &str| {
+        format!(
+            "{what}, then real git (status, log, commit) on the host in a prompt-like loop while the call runs and after"
+        )
+    };
+    macro_rules! built {
+        ($v:ident; $($name:literal, $attack:expr, $what:literal;)*) => {$(
+            $v.push(case(concat!("persist-", $name, "/process"), "process", planted($what),
+                "the plant stays in the call's layer; refused when it ends; host git runs nothing", |s| {
+                construction::process(s, concat!("persist-", $name, "-p"), $attack)
+            }));
+            $v.push(case(concat!("persist-", $name, "/builtin"), "component", planted($what),
+                "each write that makes it refused by the WASI host; host git runs nothing", |s| {
+                construction::component(s, concat!("persist-", $name, "-c"), $attack)
+            }));
+            $v.push(case(concat!("persist-", $name, "/server"), "process", planted($what),
+                "the server's layer is applied when its request ends, the plant refused; host git runs nothing", |s| {
+                construction::server(s, concat!("persist-", $name, "-s"), $attack)
+            }));
+        )*};
+    }
+    built!(v;
+        "commondir", Attack::Commondir, ".git/commondir pointed at .git/x, whose config sets core.fsmonitor";
+        "bare-root", Attack::BareRoot, "a monorepo package as the workspace: HEAD, objects, refs and a config with core.fsmonitor at its root";
+        "nested-repo", Attack::Nested, "sub/.git with HEAD, objects, refs and a config with core.fsmonitor";
+        "nested-bare", Attack::NestedBare, "a/b/ as a bare repository (HEAD, objects, refs, a config with core.fsmonitor)";
+        "autorun-depth", Attack::AutoRun, "sub/.envrc, pkg/.vscode/tasks.json, x/.mcp.json, a/.claude at depth";
+    );
+    v.push(case(
+        "persist-glob-unreadable/process",
+        "process",
+        "fs.deny_read = {workspace}/**/*.pem: one call makes certs/ unreadable (chmod 000), the next makes it readable \
+         again and reads certs/server.pem"
+            .into(),
+        "the second call fails closed naming certs/ (an ordinary user), or the file is masked (root reads the \
+         directory anyway); the secret never appears",
+        construction::glob_unreadable,
+    ));
+    v.push(case(
+        "persist-glob-rename/builtin",
+        "component",
+        "fs.deny_read = {workspace}/certs/*.pem: move_file certs moved, then read_file moved/k.pem".into(),
+        "the move refused (the directory holds a file the pattern covers); the secret never appears; moving a \
+         directory without such files works",
+        construction::glob_rename,
+    ));
+    v.push(case(
+        "persist-no-trace/process",
+        "process",
+        "a call that writes a file and runs for a second while the host lists the workspace every 5 ms".into(),
+        "no name of warden's ever appears (no placeholder, no layer); the tool's own files appear when it ends",
+        construction::no_trace,
     ));
     v.push(case(
         "persist-unprotect-one/process",

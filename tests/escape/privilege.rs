@@ -440,7 +440,8 @@ pub(crate) fn cases() -> Vec<Case> {
             "print the whole environment: warden's holds WARDEN_ESCAPE_CANARY (the secret)",
             "only PATH and HOME from the policy (plus the shell's own PWD, SHLVL, _), and warden's defaults for the \
              call's {tmp} (TMPDIR, TMP, TEMP, PYTHONPYCACHEPREFIX, PYTEST_ADDOPTS), each naming that {tmp} (HOME \
-             here), and WARDEN_PROGRESS_FD, a descriptor number; the canary never appears",
+             here), WARDEN_PROGRESS_FD, a descriptor number, and GIT_DISCOVERY_ACROSS_FILESYSTEM=1 (git looks past \
+             the call's layer); the canary never appears",
             |s| {
                 let ws = s.ws("env");
                 let r = s.shell(&ws, SHELL, "env; cat /proc/self/environ 2>/dev/null");
@@ -459,6 +460,7 @@ pub(crate) fn cases() -> Vec<Case> {
                     .iter()
                     .filter(|(k, _)| !["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(k))
                     .filter(|(k, v)| !(*k == "WARDEN_PROGRESS_FD" && v.parse::<u16>().is_ok()))
+                    .filter(|(k, v)| !(*k == "GIT_DISCOVERY_ACROSS_FILESYSTEM" && *v == "1"))
                     .filter(|(k, v)| tmp.is_empty() || !in_tmp(k, v))
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();

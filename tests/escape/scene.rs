@@ -385,7 +385,11 @@ impl Scene {
     /// `kit` and the builtin `fs` component as plugin `fs`, defaults tier auto,
     /// timeout 1s and memory 32MiB, in a fresh workspace.
     pub(crate) fn kit(&self, id: &str, tools: &str) -> Kit {
-        let ws = self.ws(id);
+        self.kit_in(self.ws(id), tools)
+    }
+
+    /// [`Scene::kit`] in the workspace `ws`, prepared by the caller.
+    pub(crate) fn kit_in(&self, ws: PathBuf, tools: &str) -> Kit {
         let text = format!("{}{tools}", kit_header());
         let ctx = Context { workspace: ws.clone(), home: self.base.join("home"), cache: self.base.join("home") };
         let policy = Policy::from_text(&text, "escape.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));

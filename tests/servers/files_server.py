@@ -7,6 +7,7 @@ the text read, or "refused: ErrorName: message"."""
 import json
 import os
 import sys
+import time
 
 
 def attempt(action):
@@ -41,6 +42,7 @@ TOOLS = {
     "link": (lambda a: os.link(a["source"], a["dest"]), ["source", "dest"]),
     "read": (read, ["path"]),
     "listdir": (listdir, ["path"]),
+    "sleep": (lambda a: time.sleep(float(a["seconds"])), ["seconds"]),
 }
 
 

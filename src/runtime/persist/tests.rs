@@ -230,3 +230,25 @@ fn a_new_repository_config_holds_only_keys_that_run_nothing() {
         assert!(vet_config(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn only_what_makes_a_forbidden_repository_is_refused_beside_it() {
+    let root = tempfile::tempdir().unwrap();
+    let pkg = root.path().canonicalize().unwrap();
+    let protect = Protection::default();
+    let j = Judge::new(std::slice::from_ref(&pkg), &protect);
+    let view = fake(&[
+        (&pkg.join("HEAD"), Kind::File),
+        (&pkg.join("objects"), Kind::Dir),
+        (&pkg.join("refs"), Kind::Dir),
+        (&pkg.join("config"), Kind::File),
+        (&pkg.join("ordinary.txt"), Kind::File),
+    ]);
+    for sig in ["HEAD", "refs"] {
+        assert!(refused(&j.judge(&view, &pkg.join(sig), Change::Create, sig != "HEAD")), "{sig}");
+    }
+    assert!(refused(&j.judge(&view, &pkg.join("objects"), Change::Create, true)));
+    // Without its HEAD the directory is no repository: the rest lands.
+    assert_eq!(j.judge(&view, &pkg.join("ordinary.txt"), Change::Create, false), Verdict::Allow);
+    assert_eq!(j.judge(&view, &pkg.join("config"), Change::Create, false), Verdict::Allow);
+}
