@@ -637,3 +637,177 @@ fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
         assert!(cargo, "{r:?}");
     }
 }
+
+/// `chown -R` to the ordinary owner when the test runs as root (as [`workspace`] does).
+fn give(path: &Path) {
+    if is_root() {
+        let out =
+            Command::new("chown").args(["-R", &format!("{ORDINARY_UID}:{ORDINARY_UID}")]).arg(path).output().unwrap();
+        assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn git_rebase_worktree_and_submodule_update_in_the_sandbox() {
+    let started = Instant::now();
+    let mut lib = PathBuf::new();
+    let (env, owner) = workspace(Owner::Ordinary, |ws| {
+        // A repository to be the submodule, beside the workspace (the tool may read it).
+        lib = ws.parent().unwrap().join("lib-src");
+        std::fs::create_dir_all(&lib).unwrap();
+        host_git(&lib, &["init", "-q", "-b", "main", "."]);
+        std::fs::write(lib.join("lib.txt"), "lib\n").unwrap();
+        host_git(&lib, &["add", "lib.txt"]);
+        host_git(&lib, &["-c", "user.name=h", "-c", "user.email=h@example.invalid", "commit", "-q", "-m", "lib"]);
+        host_git(ws, &["init", "-q", "-b", "main", "."]);
+        host_git(ws, &["config", "user.name", "Host User"]);
+        host_git(ws, &["config", "user.email", "host@example.invalid"]);
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        host_git(ws, &["add", "a.txt"]);
+        host_git(ws, &["commit", "-q", "-m", "initial"]);
+        let url = lib.display().to_string();
+        host_git(ws, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &url, "lib"]);
+        host_git(ws, &["commit", "-q", "-m", "the submodule"]);
+        host_git(ws, &["branch", "feature"]);
+        std::fs::write(ws.join("b.txt"), "main side\n").unwrap();
+        host_git(ws, &["add", "b.txt"]);
+        host_git(ws, &["commit", "-q", "-m", "main side"]);
+        // The submodule registered but not cloned: `submodule update` in the sandbox clones it.
+        host_git(ws, &["submodule", "deinit", "-q", "-f", "lib"]);
+        std::fs::remove_dir_all(ws.join(".git/modules/lib")).unwrap();
+        host_git(ws, &["submodule", "init", "-q"]);
+    });
+    give(&lib);
+    let read = Box::leak(vec![Box::leak(lib.display().to_string().into_boxed_str()) as &str].into_boxed_slice());
+    let shape = Shape { read, env: &[], limits: "timeout = \"120s\"" };
+    let script = r#"
+step() { "$@" >"$HOME/step.out" 2>&1 || { echo "FAILED at: $*"; cat "$HOME/step.out"; exit 1; }; }
+step git checkout -q feature
+echo f > f.txt
+step git add f.txt
+step git commit -q -m feature
+step git rebase -q main
+step git checkout -q main
+step git worktree add -q wt/one -b wt-branch
+cd wt/one
+echo w > w.txt
+step git add w.txt
+step git commit -q -m in-the-worktree
+cd ../..
+step git -c protocol.file.allow=always submodule update -q
+step git submodule status
+echo ALLOK
+"#;
+    let r = sh(&env, &shape, script);
+    let s = said(&r);
+    let ws = &env.ws;
+    let mut problems = Vec::new();
+    if !s.ok || !s.stdout.contains("ALLOK") {
+        problems.push(format!("exit {:?}: {} {}", s.exit, tail(&s.stdout, 300), tail(&s.stderr, 300)));
+    } else {
+        // The host sees it all: the rebase, the worktree and its commit, the submodule checked out.
+        let rebased = host_git(ws, &["log", "--oneline", "main..feature"]);
+        if rebased.lines().count() != 1 || !host_git(ws, &["merge-base", "--is-ancestor", "main", "feature"]).is_empty()
+        {
+            problems.push(format!("feature is not rebased onto main: {rebased}"));
+        }
+        if !host_git(ws, &["worktree", "list"]).contains("wt/one") {
+            problems.push("the worktree is not registered".into());
+        }
+        if !host_git(&ws.join("wt/one"), &["log", "-1", "--format=%s"]).contains("in-the-worktree") {
+            problems.push("the worktree's commit is not there".into());
+        }
+        let status = host_git(ws, &["submodule", "status"]);
+        if !status.starts_with(' ') || !ws.join("lib/lib.txt").exists() || !ws.join("lib/.git").is_file() {
+            problems.push(format!("the submodule is not checked out: {status:?}"));
+        }
+        if s.doc["result"]["layer"]["refused"].is_array() {
+            problems.push(format!("warden refused part of ordinary git work: {}", s.doc["result"]["layer"]));
+        }
+    }
+    let ok = problems.is_empty();
+    let detail = if ok {
+        "git checkout, commit, rebase, worktree add (and a commit in it), submodule update: all worked; the host \
+         sees the rebase, the worktree and the submodule"
+            .to_string()
+    } else {
+        problems.join("; ")
+    };
+    verdict("git (rebase, worktree add, submodule update)", ok, &shape, owner, &detail, started);
+}
+
+#[test]
+fn git_init_needs_fs_git_init_and_its_repository_is_vetted() {
+    let started = Instant::now();
+    let (env, owner) = workspace(Owner::Ordinary, |_| {});
+    let marker = env.root.path().join("planted-ran");
+    let script = format!(
+        "git init -q sub && git -C sub -c user.name=t -c user.email=t@example.invalid commit -q --allow-empty -m first \
+         && git init -q evil && printf '[core]\\n\\tfsmonitor = \"touch {}\"\\n' >> evil/.git/config && echo ALLOK",
+        marker.display()
+    );
+    // Without the key the repositories stay in the call's layer.
+    let without = said(&sh(&env, &PLAIN, &script));
+    let refused = without.doc["result"]["layer"].to_string();
+    let kept_out = !env.ws.join("sub/.git").exists() && refused.contains("fs.git_init");
+    // With it: sub lands whole; evil's config, which runs a program, does not.
+    let policy = env.root.path().join("policy-init.toml");
+    std::fs::write(&policy, format!("{}fs.git_init = true\n", PLAIN.policy())).unwrap();
+    let args = json!({ "command": script }).to_string();
+    let with = said(&env.run(&["--policy", policy.to_str().unwrap(), "call", "sh", &args]));
+    let log = if env.ws.join("sub/.git").is_dir() {
+        host_git(&env.ws.join("sub"), &["log", "--format=%s"])
+    } else {
+        String::new()
+    };
+    let evil_cfg = std::fs::read_to_string(env.ws.join("evil/.git/config")).unwrap_or_default();
+    // Host git in the vetted repository runs nothing planted.
+    let _ = Command::new("git").current_dir(env.ws.join("evil")).args(["-c", "safe.directory=*", "status"]).output();
+    let ok = kept_out
+        && with.ok
+        && log.trim() == "first"
+        && !evil_cfg.contains("fsmonitor")
+        && !marker.exists()
+        && with.doc["result"]["layer"].to_string().contains("evil/.git/config");
+    let detail = if ok {
+        "without fs.git_init the new repositories stay out (the refusal names the key); with it sub/.git lands and \
+         host git reads its commit, and a config setting core.fsmonitor is refused"
+            .to_string()
+    } else {
+        format!(
+            "kept out without the key: {kept_out} ({}); with it: exit {:?} {} {}; host log {log:?}; evil config {evil_cfg:?}; ran: {}",
+            tail(&refused, 200),
+            with.exit,
+            tail(&with.stdout, 200),
+            tail(&with.doc["result"]["layer"].to_string(), 300),
+            marker.exists()
+        )
+    };
+    verdict("git init (fs.git_init)", ok, &PLAIN, owner, &detail, started);
+}
+
+#[test]
+fn git_reads_its_repository_from_a_monorepo_package_workspace() {
+    let started = Instant::now();
+    let (env, owner) = workspace(Owner::Ordinary, |_| {});
+    // The repository is the workspace's parent: the workspace is one package of it
+    // (given, as root, to the ordinary owner whole, or git refuses it as another user's).
+    let top = env.root.path();
+    host_git(top, &["init", "-q", "-b", "main", "."]);
+    std::fs::write(env.ws.join("index.js"), "module.exports = 1\n").unwrap();
+    std::fs::write(top.join(".gitignore"), ".local/\npolicy.toml\nstate/\noutside/\n").unwrap();
+    host_git(top, &["add", "ws/index.js", ".gitignore"]);
+    host_git(top, &["-c", "user.name=h", "-c", "user.email=h@example.invalid", "commit", "-q", "-m", "monorepo"]);
+    give(top);
+    let read = Box::leak(vec![Box::leak(top.display().to_string().into_boxed_str()) as &str].into_boxed_slice());
+    let shape = Shape { read, env: &[], limits: "timeout = \"60s\"" };
+    let r = sh(&env, &shape, "git log --format=%s; echo new > n.txt; git status --short .; git diff --stat");
+    let s = said(&r);
+    let ok = s.ok && s.stdout.contains("monorepo") && s.stdout.contains("?? n.txt") && env.ws.join("n.txt").exists();
+    let detail = if ok {
+        "git log and git status from a package of a repository around the workspace: both worked".to_string()
+    } else {
+        format!("exit {:?}: {} {}", s.exit, tail(&s.stdout, 300), tail(&s.stderr, 300))
+    };
+    verdict("git in a monorepo package", ok, &shape, owner, &detail, started);
+}

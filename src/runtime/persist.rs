@@ -49,7 +49,6 @@ pub const AUTO_RUN: &[(&str, &str)] = &[
     (".kiro", "Kiro starts the MCP servers and runs the hooks its settings name"),
     (".amazonq", "Amazon Q starts the MCP servers its mcp.json lists"),
     (".aider.conf.yml", "aider runs the lint and test commands it names after every edit"),
-    (".gitmodules", "`git submodule` clones and checks out what it names (URLs, update commands)"),
     (".pre-commit-config.yaml", "the pre-commit hook runs the commands it lists at every commit"),
     ("lefthook.yml", "the lefthook git hooks run the commands it lists"),
     ("lefthook.yaml", "the lefthook git hooks run the commands it lists"),

@@ -165,10 +165,15 @@ impl Protection {
     }
 }
 
-/// The shells' start-up files, protected at the root of every write grant
-/// (they matter where a grant is a home directory); the names that matter at
-/// any depth are [`super::persist::AUTO_RUN`], protected at each root too.
+/// Protected at the root of every write grant: the shells' start-up files
+/// (they matter where a grant is a home directory) and `.gitmodules`; the
+/// names that matter at any depth are [`super::persist::AUTO_RUN`], protected
+/// at each root too.
 pub const PROTECTED_AT_ROOT: &[(&str, &str)] = &[
+    // At the root only: git takes no command from it (`update = !command` is
+    // honoured from config alone), and a checkout of a worktree or submodule
+    // brings its own.
+    (".gitmodules", "`git submodule update` clones and checks out what it names"),
     (".bashrc", "bash runs it at every interactive start"),
     (".bash_profile", "bash runs it at every login"),
     (".bash_login", "bash runs it at every login"),

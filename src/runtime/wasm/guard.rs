@@ -857,10 +857,16 @@ mod tests {
     fn ws() -> Ws {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap().join("ws");
-        for d in [".git/hooks", "secrets/inner", "src"] {
+        for d in [".git/hooks", ".git/objects", ".git/refs", "secrets/inner", "src"] {
             std::fs::create_dir_all(ws.join(d)).unwrap();
         }
-        for (f, text) in [(".env", "T=1"), ("secrets/key", "k"), (".git/config", "[core]"), ("src/main.rs", "")] {
+        for (f, text) in [
+            (".env", "T=1"),
+            ("secrets/key", "k"),
+            (".git/config", "[core]"),
+            (".git/HEAD", "ref: refs/heads/m\n"),
+            ("src/main.rs", ""),
+        ] {
             std::fs::write(ws.join(f), text).unwrap();
         }
         let rule = |p: &str, deny, kind, why: &str| PathRule {
@@ -1044,8 +1050,9 @@ mod tests {
         // An absent protected path: no link where its directory would be, nothing created there.
         assert_eq!(code(g.symlink_at(d(root), "src".into(), ".vscode".into())), ro);
         assert_eq!(code(g.link_at(d(root), nofollow(), "src/main.rs".into(), d(root), ".vscode".into())), ro);
-        assert!(g.create_directory_at(d(root), ".vscode".into()).is_ok());
-        assert_eq!(code(open(&mut g, root, ".vscode/tasks.json", create, wr)), ro);
+        assert_eq!(code(g.create_directory_at(d(root), ".vscode".into())), ro, "the name is protected at any depth");
+        assert_eq!(code(g.create_directory_at(d(root), "src/.vscode".into())), ro, "at any depth");
+        assert!(open(&mut g, root, ".vscode/tasks.json", create, wr).is_err());
         let now = fs::NewTimestamp::Now;
         assert_eq!(code(g.set_times_at(d(root), nofollow(), ".git/config".into(), now, now)), ro);
         // A directory descriptor for .git: operations relative to it are judged where they land.
