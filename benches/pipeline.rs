@@ -359,12 +359,17 @@ fn main() {
     let cache = dir.path().join("cache");
 
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
-    let policy = Policy::embedded_default(&ctx).unwrap();
+    // The default policy, and the same shell with no write grant (so no layer).
+    let text = format!(
+        "{}\n[tools.shell_ro]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{{system}}\", \"{{workspace}}\"]\nfs.write = [\"{{tmp}}\"]\n\
+         env = {{ pass = [\"PATH\", \"LANG\"], set = {{ HOME = \"{{tmp}}\" }} }}\n",
+        warden::policy::DEFAULT_POLICY
+    );
+    let policy = Policy::from_text(&text, "default+shell_ro.toml", &ws, &ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    // As `serve` keeps it: records overwrite blank fill (the better floor),
-    // and calls that follow one another share the placeholders.
+    // As `serve` keeps it: records overwrite blank fill (the better floor).
     log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
-    warden::runtime::placeholders::linger(warden::runtime::placeholders::SERVE_LINGER);
     let warden_bin = env!("CARGO_BIN_EXE_warden");
     let exec = Executor::new(
         policy,
@@ -385,10 +390,6 @@ fn main() {
     // for a profiler (`perf record -g --call-graph dwarf`); no table.
     if let Ok(what) = std::env::var("WARDEN_BENCH_PROFILE") {
         let seconds: u64 = std::env::var("WARDEN_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
-        // `WARDEN_BENCH_LINGER=0`: placeholders made and removed by each call, as `warden call` does.
-        if std::env::var("WARDEN_BENCH_LINGER").as_deref() == Ok("0") {
-            warden::runtime::placeholders::release_idle();
-        }
         for _ in 0..200 {
             call();
         }
@@ -617,10 +618,14 @@ fn main() {
     } else {
         measure(300, shell)
     };
-    // The same with placeholders made and removed by each call, as `warden call` does.
-    warden::runtime::placeholders::release_idle();
-    let shell_each = measure(300, shell);
-    warden::runtime::placeholders::linger(warden::runtime::placeholders::SERVE_LINGER);
+    // The layer's own cost: the same call with a write grant (a layer over the
+    // workspace) and without one, taking turns.
+    let shell_ro = || {
+        let r = exec.call(ToolCall::new("shell_ro", json!({"command": "true"})));
+        assert_eq!(r.exit_code(), 0, "{r:?}");
+    };
+    let [shell_layered, shell_each]: [Vec<Duration>; 2] =
+        interleaved(300, &mut [&mut { shell }, &mut { shell_ro }]).try_into().unwrap();
     if Path::new("/usr/bin/firejail").exists() {
         let ok = Command::new("/usr/bin/firejail")
             .args(["--quiet", "--noprofile", "/bin/true"])
@@ -697,7 +702,12 @@ fn main() {
         ("bare sh -c true spawn", percentile(bare.clone(), 0.5), percentile(bare, 0.95)),
         ("warden shell `true`, whole pipeline", percentile(shell_true.clone(), 0.5), percentile(shell_true, 0.95)),
         (
-            "shell `true`, placeholders made per call (as the CLI)",
+            "shell `true`, workspace writable (its layer), same run",
+            percentile(shell_layered.clone(), 0.5),
+            percentile(shell_layered, 0.95),
+        ),
+        (
+            "shell `true`, no write grant (no layer), same run",
             percentile(shell_each.clone(), 0.5),
             percentile(shell_each, 0.95),
         ),

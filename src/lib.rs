@@ -16,7 +16,9 @@
 //! * [`approval`]: who says yes to `ask` and `confirm` calls, and the preview.
 //! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components,
 //!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp,
-//!   [`runtime::server`] runs MCP servers inside that same sandbox.
+//!   [`runtime::server`] runs MCP servers inside that same sandbox;
+//!   [`runtime::persist`] judges what a call may leave in its grants, and
+//!   [`runtime::layer`] holds a process call's writes until it has.
 //! * [`shape`]: result sanitising and type-aware truncation.
 //! * [`workspace_read`]: the one way the host reads workspace content (once, beneath
 //!   the workspace fd, regular files only, bounded).

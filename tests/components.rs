@@ -280,10 +280,11 @@ mod protected_paths {
     fn setup(protected: bool) -> Fs {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
-        for d in [".git/hooks", "secrets", "sub", "src"] {
+        for d in [".git/hooks", ".git/objects", ".git/refs", "secrets", "sub", "src"] {
             std::fs::create_dir_all(ws.join(d)).unwrap();
         }
         let ws = ws.canonicalize().unwrap();
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         std::fs::write(ws.join(".env"), "TOKEN=hunter2\n").unwrap();
         std::fs::write(ws.join("sub/.env"), "TOKEN=hunter3\n").unwrap();
         std::fs::write(ws.join("secrets/key"), "hunter4\n").unwrap();

@@ -256,6 +256,7 @@ impl Layer {
         }
         let mut layer = layer?;
         layer.remove_base = base.shared;
+        report_orphans(&base.dir, id);
         Ok(layer)
     }
 
@@ -344,6 +345,35 @@ impl Drop for Layer {
             // Fails while another call's layer is in it, as it should.
             let _ = std::fs::remove_dir(base);
         }
+    }
+}
+
+/// Says once per process where layers lie that a warden which died mid-call
+/// left (their lock is held by no one): never applied, kept for the person.
+fn report_orphans(base: &Path, mine: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let mut orphans = Vec::new();
+    for e in entries.flatten().take(256) {
+        if e.file_name() == mine || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(lock) = std::fs::File::open(e.path().join("lock")) else { continue };
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok() {
+            orphans.push(e.path().display().to_string());
+        }
+    }
+    if !orphans.is_empty() && !SAID.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "the changes of {} call(s) interrupted before warden could check them were never applied; they are kept \
+             in {} (remove them once you no longer need them)",
+            orphans.len(),
+            orphans.join(", ")
+        );
     }
 }
 
@@ -526,6 +556,20 @@ impl Walk<'_, '_> {
         .map_err(|e| format!("cannot open {}: {}", self.lr.root.display(), errno_text(e)))?;
         let upper = self.lr.upper.clone();
         let root = self.lr.root.clone();
+        // The grant's root itself keeps its mode (a tool that made it unreadable
+        // would lock the person out of their workspace); said, not dropped silently.
+        if let (Ok(u), Ok(r)) = (rustix::fs::fstat(&up), rustix::fs::fstat(&real))
+            && u.st_mode & 0o7777 != r.st_mode & 0o7777
+        {
+            self.refuse(
+                root.clone(),
+                format!(
+                    "the mode of a write grant's root is not changed by a call (it made it {:o}; it stays {:o})",
+                    u.st_mode & 0o7777,
+                    r.st_mode & 0o7777
+                ),
+            );
+        }
         self.dir(&up, &upper, Some(&real), &root, false);
         Ok(())
     }
@@ -652,8 +696,10 @@ impl Walk<'_, '_> {
         }
         // A file, a link, a FIFO or a socket.
         let change = if real_st.is_some() { Change::Modify } else { Change::Create };
-        match self.judge.judge(self.view, &path, change, false) {
-            Verdict::Allow => {}
+        // The bytes a vetted file was judged by: those, and no later ones, are what a
+        // running server's copy writes.
+        let vetted = match self.judge.judge(self.view, &path, change, false) {
+            Verdict::Allow => None,
             Verdict::Refuse(why) => return self.refuse(path, why),
             Verdict::Vet(what) => {
                 let text = match read_small(up, name) {
@@ -663,8 +709,9 @@ impl Walk<'_, '_> {
                 if let Err(why) = persist::vet(what, &path, &text, self.view, self.judge) {
                     return self.refuse(path, why);
                 }
+                Some(text)
             }
-        }
+        };
         let Some(real) = real else { return self.fail(path, "its directory was not applied".into()) };
         if real_is_dir && !self.delete(real, name, &path) {
             return;
@@ -676,7 +723,10 @@ impl Walk<'_, '_> {
                 Err(Errno::XDEV) => copy_file(up, name, real, name, &st),
                 Err(e) => Err(errno_text(e)),
             },
-            ApplyMode::Copy => copy_file(up, name, real, name, &st),
+            ApplyMode::Copy => match &vetted {
+                Some(text) => write_vetted(real, name, text, &st),
+                None => copy_file(up, name, real, name, &st),
+            },
         };
         match moved {
             Ok(()) => {
@@ -810,6 +860,41 @@ fn read_small(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
         return Err(format!("it is larger than the {} bytes warden checks", persist::MAX_VETTED));
     }
     Ok(text)
+}
+
+/// Writes the bytes a vetted file was judged by into the real tree (replacing
+/// what is there), with the upper file's owner and mode.
+fn write_vetted(real: &OwnedFd, to: &OsStr, text: &[u8], st: &rustix::fs::Stat) -> Result<(), String> {
+    use std::io::Write;
+    let mut tmp_name = OsString::from(".warden-apply-");
+    let mut b = [0u8; 6];
+    let _ = getrandom::fill(&mut b);
+    tmp_name.push(hex::encode(b));
+    let mode = Mode::from_raw_mode(st.st_mode & 0o777);
+    let fd = rustix::fs::openat(
+        real,
+        &tmp_name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        mode,
+    )
+    .map_err(errno_text)?;
+    let written = std::fs::File::from(fd).write_all(text).map_err(|e| e.to_string());
+    if nix::unistd::geteuid().is_root() {
+        let _ = rustix::fs::chownat(
+            real,
+            &tmp_name,
+            Some(rustix::fs::Uid::from_raw(st.st_uid)),
+            Some(rustix::fs::Gid::from_raw(st.st_gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+    match written.and_then(|()| rustix::fs::renameat(real, &tmp_name, real, to).map_err(errno_text)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
+            Err(e)
+        }
+    }
 }
 
 /// Copies one non-directory entry of the upper tree into the real one

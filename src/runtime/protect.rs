@@ -3,12 +3,14 @@
 //!
 //! Landlock rules are allow-lists: a path cannot be carved out of a granted
 //! tree. So these rules are enforced by another layer, chosen by the runtime:
-//! read-only binds and masks in the call's mount namespace for process tools
-//! and servers ([`super::process`]), warden's own WASI host for components
-//! ([`super::wasm`]). [`Protection`] is what both are given: the concrete paths
-//! of this call ([`PathRule`], globs expanded when the call starts) and the
-//! patterns they came from ([`DenyPattern`], which the WASI host matches at
-//! every access, so a file created during the call is covered too).
+//! the judgement of what a call leaves in its grants ([`super::persist`]),
+//! applied to a process call's layer ([`super::layer`]) and at each write of a
+//! component ([`super::wasm`]); and, so that a write fails at once, read-only
+//! binds and masks in a process call's mount namespace ([`super::process`]).
+//! [`Protection`] is what they are given: the concrete paths of this call
+//! ([`PathRule`], globs expanded when the call starts, failing closed), the
+//! patterns they came from ([`DenyPattern`], matched at every access), and
+//! `fs.unprotect` and `fs.git_init`.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -14,7 +14,8 @@
 //!    listens for warden's proxy inside and hands the socket over ([`netns`]); the parent stays outside as the monitor, the child
 //!    is pid 1 of the new pid namespace and goes on; mounts a fresh `/proc`,
 //!    `{tmp}` as a tmpfs of its own (with a private `/dev/shm` for `{system}`;
-//!    [`tmpfs`]), and the protected and denied paths ([`mounts`]); without the
+//!    [`tmpfs`]), each write grant as an overlay over the host's layer
+//!    directories, then the protected and denied paths ([`mounts`]); without the
 //!    call's namespaces, as root, `{tmp}` gets a mount namespace of its own and
 //!    the call a private IPC namespace as before;
 //! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root),

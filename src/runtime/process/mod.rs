@@ -12,8 +12,10 @@
 //! process outlives its call.
 //!
 //! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
-//! [`namespaces`], [`netns`], [`mounts`], [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`],
-//! `supervise`; [`spec`] is what the host hands the helper.
+//! [`namespaces`], [`netns`], [`mounts`] (the call's layers and protected paths),
+//! [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`], `supervise`; [`spec`] is what
+//! the host hands the helper. The host makes the call's layer before the helper
+//! starts and applies it, judged, after the tree is gone ([`crate::runtime::layer`]).
 
 pub mod cgroup;
 pub mod helper;
