@@ -850,7 +850,7 @@ fn read_small(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
         Mode::empty(),
     )
     .map_err(|e| format!("cannot read it to check it: {}", errno_text(e)))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| errno_text(e))?;
+    let st = rustix::fs::fstat(&fd).map_err(errno_text)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err("it is not a regular file".into());
     }
