@@ -247,7 +247,25 @@ fn errno_text(e: Errno) -> String {
 impl Layer {
     /// A fresh layer for `roots` (from [`roots_of`]), under the call id `id`.
     pub fn create(id: &str, roots: &[PathBuf]) -> Result<Layer, String> {
-        let base = base_dir(roots)?;
+        // Where a process keeps layers is found once for a set of grants.
+        static BASES: std::sync::Mutex<Vec<(Vec<PathBuf>, PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+        let cached = BASES
+            .lock()
+            .ok()
+            .and_then(|b| b.iter().find(|(r, _, _)| r == roots).map(|(_, d, s)| Base { dir: d.clone(), shared: *s }));
+        let base = match cached.filter(|b| !b.shared) {
+            Some(b) => b,
+            None => {
+                let b = base_dir(roots)?;
+                if let Ok(mut all) = BASES.lock()
+                    && all.len() < 64
+                {
+                    all.push((roots.to_vec(), b.dir.clone(), b.shared));
+                }
+                report_orphans(&b.dir, id);
+                b
+            }
+        };
         let mut layer = Layer::create_in(&base.dir, id, roots);
         // A directory beside the grant that another call removed as it emptied: made again.
         if base.shared && layer.is_err() && !base.dir.exists() {
@@ -256,7 +274,6 @@ impl Layer {
         }
         let mut layer = layer?;
         layer.remove_base = base.shared;
-        report_orphans(&base.dir, id);
         Ok(layer)
     }
 
