@@ -108,6 +108,10 @@ pub fn paths_mechanism(spec: &crate::policy::ToolSpec) -> String {
     match &spec.runner {
         Runner::Plugin(_) | Runner::Command(_) => "refused by warden's WASI host".into(),
         Runner::Process(_) | Runner::Server(_) => match namespace_refusal() {
+            None if spec.grants.writes() => {
+                "the call's layer, each change judged when it ends; read-only binds and masks in its mount namespace"
+                    .into()
+            }
             None => "read-only binds and masks in the call's mount namespace".into(),
             Some(why) => format!("NOT ENFORCEABLE here: {why}"),
         },

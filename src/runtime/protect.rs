@@ -682,10 +682,18 @@ impl Protection {
         paths.join(", ")
     }
 
-    /// One line per kind of rule: `read-only (protected) in ROOT: .git/hooks, .envrc, …`,
-    /// `deny_read: PATTERN`, for listings.
+    /// One line per kind of rule, for listings: `protected in ROOT: git by
+    /// construction, …, and .git/hooks, …` (the rules of this repository), then
+    /// `fs.deny_read: PATTERN`.
     pub fn summary(&self) -> Vec<String> {
         let mut lines = Vec::new();
+        let listed = |p: &Path, root: &Path| {
+            let rel = p.strip_prefix(root).unwrap_or(p);
+            let first = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned());
+            first.is_some_and(|n| {
+                super::persist::auto_run(&n).is_some() || PROTECTED_AT_ROOT.iter().any(|(name, _)| *name == n)
+            }) && rel.components().count() == 1
+        };
         let mut roots: Vec<&PathBuf> =
             self.rules.iter().filter(|r| r.why.starts_with("protected")).map(|r| &r.root).collect();
         roots.sort();
@@ -694,10 +702,19 @@ impl Protection {
             let names: Vec<String> = self
                 .rules
                 .iter()
-                .filter(|r| r.why.starts_with("protected") && r.root == *root)
+                .filter(|r| r.why.starts_with("protected") && r.root == *root && !listed(&r.path, root))
                 .map(|r| r.path.strip_prefix(root).unwrap_or(&r.path).display().to_string())
                 .collect();
-            lines.push(format!("read-only (protected) in {}: {}", root.display(), names.join(", ")));
+            let mut line = format!(
+                "protected in {}: git by construction (only git's state inside a git directory, no new \
+                 repository{}), the editors', shells' and agents' files (docs/security.md)",
+                root.display(),
+                if self.git_init { " but vetted ones: fs.git_init" } else { "" }
+            );
+            if !names.is_empty() {
+                line.push_str(&format!(", and {}", names.join(", ")));
+            }
+            lines.push(line);
         }
         for p in &self.patterns {
             let key = if p.deny == Deny::Read { "fs.deny_read" } else { "fs.deny_write" };

@@ -943,8 +943,10 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
         return None;
     }
     let text = String::from_utf8_lossy(stderr);
+    let exdev = text.contains("Invalid cross-device link")
+        .then_some("a directory that was there before the call cannot be renamed inside it (its layer: EXDEV); mv copies instead, git mv of a directory fails");
     if !text.contains("Read-only file system") && !text.contains("Device or resource busy") {
-        return None;
+        return exdev.map(str::to_string);
     }
     // The policy's own first, then the built-in ones; only what is mounted (what
     // does not exist is refused when the call's layer is applied instead).
@@ -955,7 +957,7 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
         .filter(|r| r.deny == crate::runtime::protect::Deny::Write && r.kind != crate::runtime::protect::Kind::Absent)
         .collect();
     if ro.is_empty() {
-        return None;
+        return exdev.map(str::to_string);
     }
     let mut paths: Vec<String> = ro.iter().take(20).map(|r| r.path.display().to_string()).collect();
     if ro.len() > 20 {
@@ -965,12 +967,17 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
     why.sort_unstable();
     why.dedup();
     why.truncate(5);
-    Some(format!(
+    let mut hint = format!(
         "these paths are read-only in warden's sandbox ({}): {}; writes there fail with EROFS, removing or \
-         renaming them with EBUSY, and renaming a directory that was there before the call with EXDEV",
+         renaming them with EBUSY",
         why.join("; "),
         paths.join(", ")
-    ))
+    );
+    if let Some(x) = exdev {
+        hint.push_str("; ");
+        hint.push_str(x);
+    }
+    Some(hint)
 }
 
 /// What bounds the memory a call holds, for [`SandboxReport::memory`].
