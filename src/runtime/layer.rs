@@ -883,32 +883,60 @@ fn read_small(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
 /// what is there), with the upper file's owner and mode.
 fn write_vetted(real: &OwnedFd, to: &OsStr, text: &[u8], st: &rustix::fs::Stat) -> Result<(), String> {
     use std::io::Write;
-    let mut tmp_name = OsString::from(".warden-apply-");
+    let (tmp, mut file) = temp_file(real, st)?;
+    let written = file.write_all(text).map_err(|e| e.to_string());
+    put_in_place(real, &tmp, to, &file, st, written)
+}
+
+/// A name no one else uses in the directory an entry is applied to.
+fn temp_name() -> OsString {
     let mut b = [0u8; 6];
     let _ = getrandom::fill(&mut b);
-    tmp_name.push(hex::encode(b));
-    let mode = Mode::from_raw_mode(st.st_mode & 0o777);
+    let mut tmp = OsString::from(".warden-apply-");
+    tmp.push(hex::encode(b));
+    tmp
+}
+
+/// A new file under a temporary name in `real`, of the upper entry's mode.
+fn temp_file(real: &OwnedFd, st: &rustix::fs::Stat) -> Result<(OsString, std::fs::File), String> {
+    let tmp = temp_name();
     let fd = rustix::fs::openat(
         real,
-        &tmp_name,
+        &tmp,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        mode,
+        Mode::from_raw_mode(st.st_mode & 0o777),
     )
     .map_err(errno_text)?;
-    let written = std::fs::File::from(fd).write_all(text).map_err(|e| e.to_string());
+    Ok((tmp, std::fs::File::from(fd)))
+}
+
+/// Gives a file written under a temporary name the upper entry's owner,
+/// mode and times and renames it over `to`; removes it if anything failed.
+fn put_in_place(
+    real: &OwnedFd,
+    tmp: &OsStr,
+    to: &OsStr,
+    file: &std::fs::File,
+    st: &rustix::fs::Stat,
+    written: Result<(), String>,
+) -> Result<(), String> {
+    let _ = rustix::fs::fchmod(file, Mode::from_raw_mode(st.st_mode & 0o777));
     if nix::unistd::geteuid().is_root() {
-        let _ = rustix::fs::chownat(
-            real,
-            &tmp_name,
+        let _ = rustix::fs::fchown(
+            file,
             Some(rustix::fs::Uid::from_raw(st.st_uid)),
             Some(rustix::fs::Gid::from_raw(st.st_gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
         );
     }
-    match written.and_then(|()| rustix::fs::renameat(real, &tmp_name, real, to).map_err(errno_text)) {
+    let times = rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: st.st_atime, tv_nsec: st.st_atime_nsec as _ },
+        last_modification: rustix::fs::Timespec { tv_sec: st.st_mtime, tv_nsec: st.st_mtime_nsec as _ },
+    };
+    let _ = rustix::fs::futimens(file, &times);
+    match written.and_then(|()| rustix::fs::renameat(real, tmp, real, to).map_err(errno_text)) {
         Ok(()) => Ok(()),
         Err(e) => {
-            let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
+            let _ = rustix::fs::unlinkat(real, tmp, AtFlags::empty());
             Err(e)
         }
     }
@@ -918,62 +946,30 @@ fn write_vetted(real: &OwnedFd, to: &OsStr, text: &[u8], st: &rustix::fs::Stat) 
 /// (replacing what is there): a file's bytes, a link, a FIFO; owner, mode and
 /// times kept. Sockets are not copied (nothing listens on them any more).
 fn copy_file(up: &OwnedFd, name: &OsStr, real: &OwnedFd, to: &OsStr, st: &rustix::fs::Stat) -> Result<(), String> {
-    let tmp_name = {
-        let mut b = [0u8; 6];
-        let _ = getrandom::fill(&mut b);
-        let mut n = OsString::from(".warden-apply-");
-        n.push(hex::encode(b));
-        n
-    };
-    let mode = Mode::from_raw_mode(st.st_mode & 0o777);
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => {
             let src = rustix::fs::openat(up, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
                 .map_err(errno_text)?;
-            let dst = rustix::fs::openat(
-                real,
-                &tmp_name,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                mode,
-            )
-            .map_err(errno_text)?;
-            let copied = (|| -> Result<(), String> {
-                let mut src = std::fs::File::from(src);
-                let mut dst = std::fs::File::from(dst);
-                std::io::copy(&mut src, &mut dst).map_err(|e| e.to_string())?;
-                let _ = rustix::fs::fchmod(&dst, mode);
-                if nix::unistd::geteuid().is_root() {
-                    let _ = rustix::fs::fchown(
-                        &dst,
-                        Some(rustix::fs::Uid::from_raw(st.st_uid)),
-                        Some(rustix::fs::Gid::from_raw(st.st_gid)),
-                    );
-                }
-                let times = rustix::fs::Timestamps {
-                    last_access: rustix::fs::Timespec { tv_sec: st.st_atime, tv_nsec: st.st_atime_nsec as _ },
-                    last_modification: rustix::fs::Timespec { tv_sec: st.st_mtime, tv_nsec: st.st_mtime_nsec as _ },
-                };
-                let _ = rustix::fs::futimens(&dst, &times);
-                Ok(())
-            })();
-            if let Err(e) = copied {
-                let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
-                return Err(e);
+            let (tmp, mut file) = temp_file(real, st)?;
+            let copied = std::io::copy(&mut std::fs::File::from(src), &mut file).map(drop).map_err(|e| e.to_string());
+            put_in_place(real, &tmp, to, &file, st, copied)
+        }
+        FileType::Symlink | FileType::Fifo => {
+            let tmp = temp_name();
+            if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                let target = rustix::fs::readlinkat(up, name, Vec::new()).map_err(errno_text)?;
+                rustix::fs::symlinkat(target.as_c_str(), real, &tmp).map_err(errno_text)?;
+            } else {
+                rustix::fs::mknodat(real, &tmp, FileType::Fifo, Mode::from_raw_mode(st.st_mode & 0o777), 0)
+                    .map_err(errno_text)?;
             }
+            rustix::fs::renameat(real, &tmp, real, to).map_err(|e| {
+                let _ = rustix::fs::unlinkat(real, &tmp, AtFlags::empty());
+                errno_text(e)
+            })
         }
-        FileType::Symlink => {
-            let target = rustix::fs::readlinkat(up, name, Vec::new()).map_err(errno_text)?;
-            rustix::fs::symlinkat(target.as_c_str(), real, &tmp_name).map_err(errno_text)?;
-        }
-        FileType::Fifo => {
-            rustix::fs::mknodat(real, &tmp_name, FileType::Fifo, mode, 0).map_err(errno_text)?;
-        }
-        _ => return Ok(()),
+        _ => Ok(()),
     }
-    rustix::fs::renameat(real, &tmp_name, real, to).map_err(|e| {
-        let _ = rustix::fs::unlinkat(real, &tmp_name, AtFlags::empty());
-        errno_text(e)
-    })
 }
 
 #[cfg(test)]
