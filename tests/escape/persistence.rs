@@ -976,7 +976,10 @@ pub(crate) fn cases() -> Vec<Case> {
         "bare-root", Attack::BareRoot, "a monorepo package as the workspace: HEAD, objects, refs and a config with core.fsmonitor at its root";
         "nested-repo", Attack::Nested, "sub/.git with HEAD, objects, refs and a config with core.fsmonitor";
         "nested-bare", Attack::NestedBare, "a/b/ as a bare repository (HEAD, objects, refs, a config with core.fsmonitor)";
-        "autorun-depth", Attack::AutoRun, "sub/.envrc, pkg/.vscode/tasks.json, x/.mcp.json, a/.claude at depth";
+        "autorun-depth", Attack::AutoRun, "the editors', agents', shells' and hook managers' files at depth (.envrc, .vscode, .mcp.json, .claude, .cursor, .gemini, .codex, .continue, .idea, .pre-commit-config.yaml, lefthook.yml, .lefthook.yml, mise.toml, .devcontainer)";
+        "gitlink", Attack::GitLink, "a submodule's .git file repointed (gitdir: ../evil) at a repository the tool made with a config that sets core.fsmonitor";
+        "module-config", Attack::ModuleConfig, "an existing submodule's own config (.git/modules/lib/config) given core.fsmonitor";
+        "worktree-config", Attack::WorktreeConfig, "an existing worktree's config.worktree given core.fsmonitor";
     );
     v.push(case(
         "persist-glob-unreadable/process",

@@ -35,7 +35,31 @@ pub(super) enum Attack {
     Nested,
     NestedBare,
     AutoRun,
+    /// A submodule's `.git` file repointed at a repository the tool made.
+    GitLink,
+    /// An existing submodule's own config (`.git/modules/lib/config`).
+    ModuleConfig,
+    /// An existing worktree's `config.worktree`.
+    WorktreeConfig,
 }
+
+/// The files of the any-depth list the AutoRun attack plants, each under a directory of its own.
+const AUTO_RUN_PLANTS: &[&str] = &[
+    "sub/.envrc",
+    "pkg/.vscode/tasks.json",
+    "x/.mcp.json",
+    "a/.claude/settings.json",
+    "b/.cursor/mcp.json",
+    "c/.gemini/settings.json",
+    "d/.codex/config.toml",
+    "e/.continue/config.json",
+    "f/.idea/workspace.xml",
+    "g/.pre-commit-config.yaml",
+    "h/lefthook.yml",
+    "i/.lefthook.yml",
+    "j/mise.toml",
+    "k/.devcontainer/devcontainer.json",
+];
 
 /// The workspace of one attack and the judge's places.
 struct Ground {
@@ -47,6 +71,8 @@ struct Ground {
     git_dirs: Vec<PathBuf>,
     /// What must be absent on the host afterwards (relative to `ws`).
     planted: Vec<&'static str>,
+    /// Files that must be byte for byte as they were (relative to `ws`), with their content.
+    kept: Vec<(&'static str, Vec<u8>)>,
 }
 
 fn fsmonitor(marker: &Path) -> String {
@@ -75,15 +101,47 @@ fn ground(s: &Scene, id: &str, attack: Attack) -> Ground {
     std::fs::write(ws.join("a/b/keep.txt"), "k\n").unwrap();
     super::git_ok(&top, &home, &["add", "-A", "."]);
     super::git_ok(&top, &home, &["commit", "-q", "-m", "prepared on the host"]);
+    match attack {
+        Attack::GitLink | Attack::ModuleConfig => {
+            // A submodule's layout: lib/.git a file naming .git/modules/lib.
+            let module = ws.join(".git/modules/lib");
+            super::git_ok(
+                &ws,
+                &home,
+                &["init", "-q", "-b", "main", "--separate-git-dir"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([module.display().to_string(), ws.join("lib").display().to_string()])
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            std::fs::write(ws.join("lib/.git"), "gitdir: ../.git/modules/lib\n").unwrap();
+            std::fs::write(ws.join("lib/l.txt"), "l\n").unwrap();
+        }
+        Attack::WorktreeConfig => super::git_ok(&ws, &home, &["worktree", "add", "-q", "wt"]),
+        _ => {}
+    }
     let (git_dirs, planted): (Vec<PathBuf>, Vec<&str>) = match attack {
         // What would make the repository (without it, what else lands is inert).
         Attack::Commondir => (vec![ws.clone(), ws.join("sub")], vec![".git/commondir"]),
         Attack::BareRoot => (vec![ws.clone()], vec!["HEAD"]),
         Attack::Nested => (vec![ws.join("sub")], vec!["sub/.git"]),
         Attack::NestedBare => (vec![ws.join("a/b")], vec!["a/b/HEAD"]),
-        Attack::AutoRun => (vec![ws.clone()], vec!["sub/.envrc", "pkg/.vscode", "x/.mcp.json", "a/.claude"]),
+        Attack::AutoRun => (vec![ws.clone()], AUTO_RUN_PLANTS.to_vec()),
+        Attack::GitLink => (vec![ws.join("lib")], vec!["evil/HEAD"]),
+        Attack::ModuleConfig => (vec![ws.join("lib")], vec![]),
+        Attack::WorktreeConfig => (vec![ws.join("wt")], vec![".git/worktrees/wt/config.worktree"]),
     };
-    Ground { ws, home, marker, git_dirs, planted }
+    let kept_paths: &[&'static str] = match attack {
+        Attack::GitLink => &["lib/.git"],
+        Attack::ModuleConfig => &[".git/modules/lib/config"],
+        Attack::Commondir | Attack::WorktreeConfig => &[".git/config"],
+        _ => &[],
+    };
+    let kept = kept_paths.iter().map(|p| (*p, std::fs::read(ws.join(p)).unwrap())).collect();
+    Ground { ws, home, marker, git_dirs, planted, kept }
 }
 
 /// The attack as shell text (cwd: the workspace), ending with a pause so the
@@ -107,11 +165,18 @@ fn script(g: &Ground, attack: Attack) -> String {
         ),
         Attack::AutoRun => {
             let m = g.marker.display();
-            format!(
-                "mkdir -p sub pkg/.vscode x a/.claude; echo 'echo ran >> {m}' > sub/.envrc; echo '{{}}' > pkg/.vscode/tasks.json; \
-                 echo '{{}}' > x/.mcp.json; echo '{{}}' > a/.claude/settings.json"
-            )
+            AUTO_RUN_PLANTS
+                .iter()
+                .map(|p| format!("mkdir -p \"$(dirname {p})\"; echo 'echo ran >> {m}' > {p}"))
+                .collect::<Vec<_>>()
+                .join("; ")
         }
+        Attack::GitLink => format!(
+            "mkdir -p evil/objects evil/refs/heads; echo 'ref: refs/heads/main' > evil/HEAD; printf \"{cfg}\" > evil/config; \
+             echo 'gitdir: ../evil' > lib/.git"
+        ),
+        Attack::ModuleConfig => format!("printf \"{cfg}\" >> .git/modules/lib/config"),
+        Attack::WorktreeConfig => format!("printf \"{cfg}\" > .git/worktrees/wt/config.worktree"),
     };
     format!("{plant}; echo \"planted=$?\"; sleep 1; echo ordinary > ordinary-write.txt")
 }
@@ -162,6 +227,15 @@ fn judged(g: &Ground, attempt: impl FnOnce() -> (Result<(), String>, String)) ->
         g.planted.iter().copied().filter(|p| std::fs::symlink_metadata(g.ws.join(p)).is_ok()).collect();
     if !left.is_empty() {
         problems.push(format!("planted entries reached the host: {left:?}"));
+    }
+    let changed: Vec<&str> = g
+        .kept
+        .iter()
+        .filter(|(p, was)| std::fs::read(g.ws.join(p)).ok().as_ref() != Some(was))
+        .map(|(p, _)| *p)
+        .collect();
+    if !changed.is_empty() {
+        problems.push(format!("protected files changed on the host: {changed:?}"));
     }
     let n = rounds.load(Ordering::SeqCst);
     if n == 0 {
@@ -228,12 +302,21 @@ pub(super) fn component(s: &Scene, id: &str, attack: Attack) -> Observed {
             ("write_file", json!({"path": "a/b/config", "content": cfg})),
             ("write_file", json!({"path": "a/b/HEAD", "content": "ref: refs/heads/main\n"})),
         ],
-        Attack::AutoRun => vec![
-            ("write_file", json!({"path": "sub/.envrc", "content": "echo ran\n", "create_parents": true})),
-            ("write_file", json!({"path": "pkg/.vscode/tasks.json", "content": "{}", "create_parents": true})),
-            ("write_file", json!({"path": "x/.mcp.json", "content": "{}", "create_parents": true})),
-            ("create_directory", json!({"path": "a/.claude"})),
+        Attack::AutoRun => AUTO_RUN_PLANTS
+            .iter()
+            .map(|p| ("write_file", json!({"path": p, "content": "echo ran\n", "create_parents": true})))
+            .collect(),
+        Attack::GitLink => vec![
+            ("create_directory", json!({"path": "evil/objects"})),
+            ("create_directory", json!({"path": "evil/refs/heads"})),
+            ("write_file", json!({"path": "evil/config", "content": cfg})),
+            ("write_file", json!({"path": "evil/HEAD", "content": "ref: refs/heads/main\n"})),
+            ("write_file", json!({"path": "lib/.git", "content": "gitdir: ../evil\n"})),
         ],
+        Attack::ModuleConfig => vec![("write_file", json!({"path": ".git/modules/lib/config", "content": cfg}))],
+        Attack::WorktreeConfig => {
+            vec![("write_file", json!({"path": ".git/worktrees/wt/config.worktree", "content": cfg}))]
+        }
     };
     judged(&g, || {
         let said: Vec<String> = calls.iter().map(|(t, a)| format!("{t}: {}", brief(&k.call(t, a.clone())))).collect();
@@ -277,15 +360,24 @@ pub(super) fn server(s: &Scene, id: &str, attack: Attack) -> Observed {
             json!({"op": "write", "path": at("a/b/config"), "text": cfg}),
             json!({"op": "write", "path": at("a/b/HEAD"), "text": head}),
         ],
-        Attack::AutoRun => vec![
-            json!({"op": "mkdir", "path": at("sub")}),
-            json!({"op": "write", "path": at("sub/.envrc"), "text": "echo ran\n"}),
-            json!({"op": "mkdir", "path": at("pkg/.vscode")}),
-            json!({"op": "write", "path": at("pkg/.vscode/tasks.json"), "text": "{}"}),
-            json!({"op": "mkdir", "path": at("x")}),
-            json!({"op": "write", "path": at("x/.mcp.json"), "text": "{}"}),
-            json!({"op": "mkdir", "path": at("a/.claude")}),
+        Attack::AutoRun => AUTO_RUN_PLANTS
+            .iter()
+            .flat_map(|p| {
+                let dir = Path::new(p).parent().unwrap().display().to_string();
+                [json!({"op": "mkdir", "path": at(&dir)}), json!({"op": "write", "path": at(p), "text": "echo ran\n"})]
+            })
+            .collect(),
+        Attack::GitLink => vec![
+            json!({"op": "mkdir", "path": at("evil/objects")}),
+            json!({"op": "mkdir", "path": at("evil/refs/heads")}),
+            json!({"op": "write", "path": at("evil/config"), "text": cfg}),
+            json!({"op": "write", "path": at("evil/HEAD"), "text": head}),
+            json!({"op": "write", "path": at("lib/.git"), "text": "gitdir: ../evil\n"}),
         ],
+        Attack::ModuleConfig => vec![json!({"op": "write", "path": at(".git/modules/lib/config"), "text": cfg})],
+        Attack::WorktreeConfig => {
+            vec![json!({"op": "write", "path": at(".git/worktrees/wt/config.worktree"), "text": cfg})]
+        }
     };
     ops.push(json!({"op": "sleep", "seconds": "1"}));
     ops.push(json!({"op": "write", "path": at("ordinary-write.txt"), "text": "ordinary"}));
