@@ -105,6 +105,7 @@ fn ground(s: &Scene, id: &str, attack: Attack) -> Ground {
         Attack::GitLink | Attack::ModuleConfig => {
             // A submodule's layout: lib/.git a file naming .git/modules/lib.
             let module = ws.join(".git/modules/lib");
+            std::fs::create_dir_all(ws.join(".git/modules")).unwrap();
             super::git_ok(
                 &ws,
                 &home,
