@@ -512,14 +512,22 @@ struct Walk<'a, 'j> {
     lr: &'a LayerRoot,
 }
 
-/// Opens a directory of the upper tree (no link followed).
+/// Opens a directory of the upper tree (no link followed). One the tool made
+/// unreadable to its owner is given its owner's rights first (warden owns the
+/// upper tree; the mode the tool set is applied from the stat taken before).
 fn open_upper(dir: impl AsFd, name: &OsStr) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+        Err(Errno::ACCESS) => {
+            let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                return Err(Errno::ACCESS);
+            }
+            rustix::fs::chmodat(&dir, name, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700), AtFlags::empty())?;
+            rustix::fs::openat(&dir, name, flags, Mode::empty())
+        }
+        other => other,
+    }
 }
 
 /// Opens a directory of the real tree beneath `dir`, no link followed.
@@ -653,16 +661,18 @@ impl Walk<'_, '_> {
             let applied_before = self.copied.contains_key(&path);
             let entry_opaque =
                 !applied_before && (opaque || real_st.is_none() || !real_is_dir || self.view.opaque(&entry_up));
-            let Ok(sub_up) = open_upper(up, name) else {
-                return self.fail(path, "cannot open it in the layer".into());
+            let sub_up = match open_upper(up, name) {
+                Ok(fd) => fd,
+                Err(e) => return self.fail(path, format!("cannot open it in the layer: {}", errno_text(e))),
             };
             if real_is_dir && !entry_opaque {
                 // A directory that was there: only what changed beneath it.
                 let Some(real) = real else { return };
                 match open_real(real, name) {
                     Ok(sub_real) => {
-                        self.metadata(&sub_real, &st, &path);
+                        // Its mode last: one the tool took away would keep the rest out.
                         self.dir(&sub_up, &entry_up, Some(&sub_real), &path, false);
+                        self.metadata(&sub_real, &st, &path);
                     }
                     Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
                 }

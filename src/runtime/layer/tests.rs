@@ -142,3 +142,17 @@ fn the_layer_is_removed_unless_something_was_not_applied() {
     drop(s.layer);
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_directory_the_tool_made_unreadable_is_still_applied_with_its_mode() {
+    let mut s = scene();
+    up(&s, "d/x", "changed");
+    let upper = s.layer.roots()[0].upper.clone();
+    std::fs::set_permissions(upper.join("d"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let out = apply(&mut s, &Protection::default(), ApplyMode::Move);
+    assert!(out.failed.is_empty(), "{out:?}");
+    let m = std::fs::metadata(s.ws.join("d")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o000);
+    std::fs::set_permissions(s.ws.join("d"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(std::fs::read_to_string(s.ws.join("d/x")).unwrap(), "changed");
+}
