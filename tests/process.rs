@@ -796,14 +796,15 @@ fn the_program_cannot_forge_the_sandbox_report() {
 #[test]
 fn signals_cannot_reach_warden_or_every_process() {
     let env = Env::new();
-    // $PPID is warden itself: the helper exec'd this shell.
+    // $PPID is the call's init (pid 1 of its pid namespace), which ignores signals
+    // sent inside it; warden is not visible there; every process (-1) is refused.
     let r = shell(
         &env,
-        "kill -9 $PPID; echo host=$?; kill -9 -1; echo all=$?; kill -9 -$(ps -o pgid= $PPID 2>/dev/null || echo 1) 2>/dev/null; echo done",
+        "echo ppid=$PPID; kill -9 $PPID; echo init=$?; kill -9 -1; echo all=$?; kill -9 -$(ps -o pgid= $PPID 2>/dev/null || echo 1) 2>/dev/null; echo done",
     );
     assert_eq!(r.code, 0, "warden did not survive: {r:?}");
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
-    assert!(out.contains("host=1") && out.contains("all=1") && out.ends_with("done\n"), "{out} {r:?}");
+    assert!(out.contains("ppid=1\n") && out.contains("all=1") && out.ends_with("done\n"), "{out} {r:?}");
 }
 
 #[test]
@@ -1029,7 +1030,8 @@ fn without_namespaces_protected_paths_refuse_the_call_in_enforce_mode() {
 }
 
 /// `/proc` is the call's own pid namespace's (with `{system}`), `/dev/shm` a
-/// private tmpfs; the tool is pid 1 and its end is the call's.
+/// private tmpfs; the tool is the child of the call's init (pid 1) and its end
+/// is the call's: a signal it sends itself ends it.
 #[test]
 fn proc_and_dev_shm_are_the_calls_own() {
     let env = Env::new();
@@ -1044,15 +1046,18 @@ fn proc_and_dev_shm_are_the_calls_own() {
         ),
     );
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
-    assert!(out.contains("pid=1\n"), "{r:?}");
+    assert!(out.contains("pid=2\n"), "the tool is the init's first child: {r:?}");
     let procs: u32 = out.lines().find_map(|l| l.strip_prefix("procs=")).unwrap().parse().unwrap();
-    assert!(procs <= 4, "only the call's processes are in /proc: {r:?}");
+    assert!(procs <= 5, "only the call's processes are in /proc: {r:?}");
     assert!(out.contains("SHM-OK\n1\ntmpfs\nLinux\n") && out.contains("SYS-RO"), "{r:?}");
     assert!(!host_shm.exists(), "the call's /dev/shm is private");
-    // A signal ends the call as it ended the tool (pid 1 of a namespace
-    // ignores signals it sends itself, so a real fault).
+    // A signal ends the call as it ended the tool: a real fault, and one it sends itself.
     let r = shell(&env, &format!("exec {PYTHON} -c 'import ctypes; ctypes.string_at(0)'"));
     assert_eq!(result(&r)["signal"], "SIGSEGV", "{r:?}");
+    let r = shell(&env, &format!("exec {PYTHON} -c 'import os, signal; os.kill(os.getpid(), signal.SIGABRT)'"));
+    assert_eq!(result(&r)["signal"], "SIGABRT", "{r:?}");
+    let r = shell(&env, &format!("{PYTHON} -c 'import os; os.abort()'; echo status=$?"));
+    assert!(result(&r)["stdout"].as_str().unwrap().contains("status=134"), "{r:?}");
     let r = shell(&env, "exit 7");
     assert_eq!(result(&r)["exit_code"], 7, "{r:?}");
 }

@@ -526,12 +526,16 @@ fn pytest_with_3001_tests_and_a_failure_fails_the_step_with_exit_status() {
 #[test]
 fn exit_status_reports_signals_and_stream_copies_output_cleaned() {
     let (env, _) = workspace(Owner::Invoker, |_| {});
-    // The tool is pid 1 of its pid namespace, where its own kill is ignored: a
-    // fault's signal is not.
+    // A fault's signal, and one the program sends itself (the call's init is
+    // pid 1 of its pid namespace, the tool its child: its own kill is not ignored).
     let r =
         sh_flags(&env, &PLAIN, &["--exit-status"], &format!("exec {PYTHON} -c 'import ctypes; ctypes.string_at(0)'"));
     assert_eq!(r.code, 128 + 11, "{r:?}");
     assert_eq!(r.json()["result"]["signal"], "SIGSEGV", "{r:?}");
+    let abort = format!("exec {PYTHON} -c 'import os, signal; os.kill(os.getpid(), signal.SIGABRT)'");
+    let r = sh_flags(&env, &PLAIN, &["--exit-status"], &abort);
+    assert_eq!(r.code, 128 + 6, "a self-SIGABRT is reported as one: {r:?}");
+    assert_eq!(r.json()["result"]["signal"], "SIGABRT", "{r:?}");
     let r = sh_flags(&env, &PLAIN, &["--exit-status"], "exit 0");
     assert_eq!(r.code, 0, "{r:?}");
     let r = sh_flags(&env, &PLAIN, &["--stream"], "echo out-line; printf 'err-\\033[31mred\\n' >&2; exit 4");

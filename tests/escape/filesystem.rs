@@ -317,8 +317,8 @@ pub(crate) fn cases() -> Vec<Case> {
              write a file there for the host to find; read /proc/1/cmdline, environ and root/ (the host's init), with \
              /proc granted",
             "the call's /dev/shm is its own (the host's file is not there, the tool's file never reaches the host); \
-             /proc/1 is the call's own pid 1 (its cmdline is not the host init's, its environ has the call's HOME, \
-             its root/dev/shm is the call's) or is refused; the secret never appears",
+             /proc/1 is the call's own init (warden's sandbox helper, not the host init; its root/dev/shm is the \
+             call's) or is refused; the secret never appears",
             host_shm_proc,
         ),
         c(
@@ -1190,14 +1190,17 @@ fn host_shm_proc(s: &Scene) -> Observed {
     let cmdline = value("cmdline");
     let not_host_init = cmdline.starts_with("refused")
         || (!host_init.is_empty() && cmdline.trim_matches('\'') != hex::encode(&host_init));
-    // When read, /proc/1/environ is a process of the call's (its HOME is the call's {tmp}).
+    // When read, /proc/1 is a process of the call's: its init, warden's helper
+    // (started with an empty environment), or the tool (its HOME is the call's {tmp}).
     let environ = value("environ_call");
+    let helper = hex::encode(b"--warden-sandbox-helper");
+    let call_init = cmdline.contains(&helper) && environ == "False";
     let ok = r.success()
         && !reached
         && value("planted").starts_with("refused")
         && (value("listing") == "[]" || value("listing").starts_with("refused"))
         && not_host_init
-        && (environ == "True" || environ.starts_with("refused"))
+        && (environ == "True" || environ.starts_with("refused") || call_init)
         && !value("root_shm").contains(&format!("{tag}-host"))
         && value("root_planted").starts_with("refused")
         && !s.leaks(&r.all());

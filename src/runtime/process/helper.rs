@@ -43,6 +43,7 @@ use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 
+use super::init;
 use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
 use super::limits;
 use super::mounts;
@@ -109,12 +110,19 @@ pub fn run_main() -> ! {
         }
     };
     match confine(&mut channel, &mut r) {
-        Ok(spec) => {
+        Ok((spec, status)) => {
             r.ok = true;
             report(Some(&mut channel), &r);
-            let err = exec(&spec);
-            report(Some(&mut channel), &HelperReport { ok: false, error: Some(err), exec_failed: true, ..r });
-            std::process::exit(127);
+            let start = move || -> std::convert::Infallible {
+                let err = exec(&spec);
+                report(Some(&mut channel), &HelperReport { ok: false, error: Some(err), exec_failed: true, ..r });
+                std::process::exit(127);
+            };
+            // Pid 1 of the call's pid namespace stays its init; the tool is its child.
+            match status {
+                Some(status) => init::run(status, start),
+                None => match start() {},
+            }
         }
         Err(e) => {
             r.ok = false;
@@ -125,7 +133,12 @@ pub fn run_main() -> ! {
     }
 }
 
-fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxSpec, String> {
+/// Confines this process; returns the spec and, in a pid namespace of the
+/// call's own, the status pipe its init hands the tool's end to the monitor on.
+fn confine(
+    channel: &mut std::fs::File,
+    r: &mut HelperReport,
+) -> Result<(SandboxSpec, Option<std::os::fd::OwnedFd>), String> {
     // The spec's length, then exactly that much: nothing past it is read, since
     // for a server the rest of the stream is the program's stdin.
     let mut len = [0u8; 8];
@@ -371,7 +384,8 @@ fn confine(channel: &mut std::fs::File, r: &mut HelperReport) -> Result<SandboxS
         Err(e) if spec.require_seccomp => return Err(e),
         Err(_) => r.seccomp = false,
     }
-    Ok(spec)
+    let status = entered.as_mut().and_then(namespaces::Entered::take_status);
+    Ok((spec, status))
 }
 
 fn exec(spec: &SandboxSpec) -> String {

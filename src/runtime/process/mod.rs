@@ -19,6 +19,7 @@
 
 pub mod cgroup;
 pub mod helper;
+pub mod init;
 pub mod landlock;
 pub mod limits;
 pub mod mounts;
@@ -637,8 +638,8 @@ impl ProcessRuntime {
         };
         let tmpfs = (tmp.is_some() || (ns && walls.system)) && (self.support.root || ns);
         let memory_max = limits.memory.saturating_add(if tmpfs { limits.tmp_size } else { 0 });
-        // The monitor outside the call's pid namespace is one process more.
-        let max_pids = limits.processes.saturating_add(u32::from(ns));
+        // The monitor outside the call's pid namespace and its init are two processes more.
+        let max_pids = limits.processes.saturating_add(2 * u32::from(ns));
         let cgroup = if self.support.root { cgroup::CallCgroup::create(&call_id, max_pids, memory_max) } else { None };
         if self.support.root && cgroup.is_none() && self.mode == SandboxMode::Enforce {
             return Err(CallError::new(
@@ -698,7 +699,7 @@ impl ProcessRuntime {
                 cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
                 address_space: limits.memory,
                 processes,
-                processes_in_userns: (ns && !self.support.root).then(|| u64::from(limits.processes) + 1),
+                processes_in_userns: (ns && !self.support.root).then(|| u64::from(limits.processes) + 2),
                 open_files: u64::from(limits.open_files),
                 file_size: limits.file_size,
             },

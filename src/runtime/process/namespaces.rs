@@ -85,9 +85,17 @@ pub struct Entered {
     /// The read end of a pipe whose write end only the monitor holds: EOF means
     /// the monitor is gone.
     monitor_alive: OwnedFd,
+    /// The write end of the pipe on which the call's init hands the monitor
+    /// the tool's wait status ([`super::init`]).
+    status: Option<OwnedFd>,
 }
 
 impl Entered {
+    /// The status pipe's write end, for the call's init.
+    pub fn take_status(&mut self) -> Option<OwnedFd> {
+        self.status.take()
+    }
+
     /// Whether the monitor (the child's parent, outside the pid namespace,
     /// where `getppid` says 0) still lives.
     pub fn monitor_alive(&self) -> bool {
@@ -144,18 +152,22 @@ pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
 
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
         .map_err(|e| broken("pipe2", &e))?;
+    let (status_read, status_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| broken("pipe2", &e))?;
     // SAFETY: the helper is single-threaded, so the child may run any code.
     #[allow(unsafe_code)]
     match unsafe { nix::unistd::fork() }.map_err(|e| broken("fork", &e))? {
         nix::unistd::ForkResult::Parent { child } => {
             drop(read_end);
-            monitor(child, write_end)
+            drop(status_write);
+            monitor(child, write_end, status_read)
         }
         nix::unistd::ForkResult::Child => {
             drop(write_end);
+            drop(status_read);
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
                 .map_err(|e| broken("PR_SET_PDEATHSIG", &e))?;
-            let entered = Entered { names, monitor_alive: read_end };
+            let entered = Entered { names, monitor_alive: read_end, status: Some(status_write) };
             if !entered.monitor_alive() {
                 return Err(NsError::Broken("the monitor exited before the tool started".into()));
             }
@@ -164,10 +176,12 @@ pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
     }
 }
 
-/// The parent outside the pid namespace: waits for the child and ends as it
-/// ended. `alive` is held open so the child can tell it lives.
-fn monitor(child: nix::unistd::Pid, alive: OwnedFd) -> ! {
-    use nix::sys::signal::{SigHandler, SigSet};
+/// The parent outside the pid namespace: waits for the child and ends as the
+/// tool ended (the status the call's init handed over on `status`, or the
+/// child's own when it handed none). `alive` is held open so the child can
+/// tell it lives.
+fn monitor(child: nix::unistd::Pid, alive: OwnedFd, status: OwnedFd) -> ! {
+    use nix::sys::signal::{SigHandler, SigSet, Signal};
     use nix::sys::wait::{WaitStatus, waitpid};
     // Stdio and the report socket are the child's alone: the host sees their
     // end when the tool's tree closes them.
@@ -188,7 +202,7 @@ fn monitor(child: nix::unistd::Pid, alive: OwnedFd) -> ! {
         );
     }
     let _ = super::limits::apply_drop_capabilities();
-    let status = loop {
+    let own = loop {
         match waitpid(child, None) {
             Err(nix::errno::Errno::EINTR) => continue,
             Ok(WaitStatus::Exited(_, code)) => break Ok(code),
@@ -198,6 +212,20 @@ fn monitor(child: nix::unistd::Pid, alive: OwnedFd) -> ! {
         }
     };
     drop(alive);
+    // The tool's own status, when the init handed it over (every end of the
+    // pipe is closed now: a read ends at once).
+    let mut raw = [0u8; 4];
+    let handed = nix::unistd::read(&status, &mut raw).is_ok_and(|n| n == 4);
+    let status = if handed {
+        let raw = i32::from_le_bytes(raw);
+        if libc::WIFSIGNALED(raw) {
+            Signal::try_from(libc::WTERMSIG(raw)).map_err(|_| ()).map_or(Ok(128 + libc::WTERMSIG(raw)), Err)
+        } else {
+            Ok(libc::WEXITSTATUS(raw))
+        }
+    } else {
+        own
+    };
     match status {
         Ok(code) => std::process::exit(code),
         Err(sig) => {
