@@ -179,6 +179,26 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                         }
                         .into(),
                     );
+                    // File metadata (mode, owner, times, xattrs) outside the write grants.
+                    match (namespace_refusal(), host.root) {
+                        (None, _) => layers.push(
+                            "file metadata: every mount but the call's own read-only (chmod, utime, xattrs refused \
+                             outside the write grants, at every uid)"
+                                .into(),
+                        ),
+                        (Some(_), true) => {
+                            layers.push("file metadata: chmod, chown and xattrs refused to uid 0 (seccomp)".into())
+                        }
+                        (Some(why), false) => missing.push(format!(
+                            "a read-only view for file metadata ({why}): the tool may change the mode and times of \
+                             any file its uid owns"
+                        )),
+                    }
+                    if e.spec.grants.writes() && namespace_refusal().is_none() {
+                        layers.push(
+                            "writes: a layer per write grant, each change judged before it reaches the host".into(),
+                        );
+                    }
                     match crate::runtime::protect::preview(&e.spec) {
                         Ok(p) if p.is_empty() => {}
                         Ok(p) => match namespace_refusal() {

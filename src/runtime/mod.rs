@@ -139,6 +139,13 @@ pub struct SandboxReport {
     /// `/proc`: `private` (the call's pid namespace) or `host` (processes only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proc: Option<&'static str>,
+    /// What keeps the tool from changing file metadata (mode, owner, times,
+    /// extended attributes) outside its write grants: `mount-view` (every
+    /// other mount of its namespace read-only), `seccomp-uid0` (no namespace:
+    /// refused to uid 0 only), or `none` (an ordinary uid without a namespace
+    /// may change what it owns) (processes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<&'static str>,
     /// How the call reaches the network: `proxy` (a network namespace whose one
     /// way out is warden's egress proxy), `loopback` (a network namespace, no
     /// grants), `landlock-ports` (best-effort without a namespace: every host on

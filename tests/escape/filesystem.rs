@@ -25,7 +25,8 @@ fn c(
 
 /// A process attempt refused with `Permission denied` (at least `n` times), the secret never shown.
 fn refused(s: &Scene, r: &crate::scene::Run, n: usize) -> Observed {
-    let denials = r.err().matches("Permission denied").count();
+    // Landlock's EACCES, or the read-only view's EROFS (it answers first for a write).
+    let denials = r.err().matches("Permission denied").count() + r.err().matches("Read-only file system").count();
     Observed::new(r.success() && denials >= n && !s.leaks(&r.all()), r.brief())
 }
 
@@ -508,10 +509,20 @@ pub(crate) fn cases() -> Vec<Case> {
             },
         ),
         c(
+            "fs-metadata-outside/process",
+            "process",
+            "change the metadata of a file the tool's uid owns outside every grant: chmod, chown to itself, utime \
+             (touch -d), setxattr and removexattr (python)",
+            "each refused (Read-only file system: every mount but the call's own is read-only, at every uid); mode, \
+             times and extended attributes unchanged on the host",
+            metadata_outside,
+        ),
+        c(
             "fs-ro-chmod/process",
             "process",
             "chmod 777 a file under a read-only grant",
-            "as uid 0 (CI): Operation not permitted (seccomp), mode kept; as an ordinary owner: the documented limit",
+            "Read-only file system at every uid (the call's read-only view), mode kept; without a mount namespace, \
+             as uid 0 Operation not permitted (seccomp), as an ordinary owner the documented limit",
             ro_chmod,
         ),
         c(
@@ -1086,14 +1097,52 @@ fn ro_chmod(s: &Scene) -> Observed {
     let uid0 = r.out().starts_with("0\n");
     let now = mode(&file);
     if now == 0o644 {
-        let refused = r.err().contains("Operation not permitted") && r.out().contains("chmod=1");
+        // The read-only view refuses it at every uid (EROFS); without one, seccomp as uid 0 (EPERM).
+        let refused = (r.err().contains("Read-only file system") || r.err().contains("Operation not permitted"))
+            && r.out().contains("chmod=1");
         return Observed::new(r.success() && refused, format!("{}; mode still {now:o}", r.brief()));
     }
-    if uid0 {
-        return Observed::new(false, format!("{}; uid 0 changed the mode to {now:o}", r.brief()));
+    if uid0 || s.call_has("mount") {
+        return Observed::new(false, format!("{}; the mode changed to {now:o}", r.brief()));
     }
-    // An ordinary uid that owns the file may change its mode anywhere: the documented limit.
+    // Without a mount namespace, an ordinary uid that owns the file may change its mode: the documented limit.
     Observed::limit(LIMIT, true, format!("{}; the owner (not uid 0) changed the mode to {now:o}", r.brief()))
+}
+
+/// `fs-metadata-outside`: a file the uid owns, granted to nothing.
+fn metadata_outside(s: &Scene) -> Observed {
+    use std::os::unix::fs::MetadataExt;
+    let dir = s.side_dir("meta-outside");
+    let file = dir.join("owned.txt");
+    std::fs::write(&file, "KEEP").unwrap();
+    set_mode(&file, 0o644);
+    let _ = rustix::fs::setxattr(file.as_path(), "user.kept", b"1", rustix::fs::XattrFlags::empty());
+    let before = std::fs::metadata(&file).unwrap();
+    let xattr = |p: &Path| {
+        let mut buf = [0u8; 512];
+        rustix::fs::listxattr(p, &mut buf[..]).map(|n| buf[..n].to_vec()).unwrap_or_default()
+    };
+    let x_before = xattr(&file);
+    let f = file.display();
+    let ws = s.ws("meta-outside");
+    let r = s.shell(
+        &ws,
+        SHELL,
+        &format!(
+            "chmod 600 {f}; echo chmod=$?; chown $(id -u):$(id -g) {f}; echo chown=$?; touch -d 2001-01-01 {f}; \
+             echo utime=$?; {PYTHON} -c 'import os,sys\nfor op in (lambda: os.setxattr(sys.argv[1], \"user.x\", b\"y\"), \
+             lambda: os.removexattr(sys.argv[1], \"user.kept\")):\n  try: op(); print(\"xattr=0\")\n  except OSError as e: \
+             print(\"xattr=1\", e.strerror)' {f}"
+        ),
+    );
+    let after = std::fs::metadata(&file).unwrap();
+    let unchanged = after.mode() == before.mode()
+        && after.mtime() == before.mtime()
+        && after.uid() == before.uid()
+        && xattr(&file) == x_before;
+    let out = r.out();
+    let all_refused = ["chmod=1", "chown=1", "utime=1"].iter().all(|w| out.contains(w)) && !out.contains("xattr=0");
+    Observed::new(r.success() && unchanged && all_refused, format!("{}; unchanged on the host: {unchanged}", r.brief()))
 }
 
 fn ro_verdict(s: &Scene, r: &warden::CallResponse, file: &Path, extra: &[PathBuf]) -> Observed {

@@ -224,6 +224,15 @@ fn confine(
     // 4b''. The progress pipe's write end, received here (in the call's
     // namespaces: the monitor outside never holds it); close-on-exec until 7.
     let progress_fd = if spec.progress { Some(progress::recv_fd(channel)?) } else { None };
+    // 4b-view. The view read-only: only what is mounted from here on (the
+    // layers, {tmp}, /proc, /dev/shm) and the write grants reopened below can change.
+    if in_ns {
+        match mounts::read_only_view() {
+            Ok(()) => r.view_read_only = true,
+            Err(e) if spec.namespaces.as_ref().is_some_and(|p| p.required) => return Err(e),
+            Err(_) => {}
+        }
+    }
     // 4c. A /proc of the call's own pid namespace.
     if in_ns {
         r.proc_private = namespaces::mount_proc();
@@ -282,6 +291,11 @@ fn confine(
         } else if required {
             return Err("the call's protected and denied paths need a mount namespace, which it does not have".into());
         }
+    }
+
+    // 4g. Write grants no layer or tmpfs holds are writable again.
+    if r.view_read_only {
+        mounts::keep_writable(&spec.write)?;
     }
 
     // 5. rlimits, and the OOM killer's first choice: the tool, never warden.
@@ -373,7 +387,8 @@ fn confine(
         udp: spec.udp,
         host_pid: spec.parent_pid,
         host_pgid,
-        uid0: nix::unistd::getuid().is_root(),
+        // With a read-only view the mounts confine metadata; without one, as uid 0, seccomp does.
+        uid0: nix::unistd::getuid().is_root() && !r.view_read_only,
         ipc: r.ipc_namespace || spec.sysv_ipc,
         inotify: spec.inotify,
         pid_namespace: in_ns,

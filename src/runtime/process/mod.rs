@@ -857,6 +857,7 @@ impl ProcessRuntime {
         }
         confirmed.namespaces = report.namespaces.iter().filter_map(|n| namespace_name(n)).collect();
         confirmed.proc = Some(if report.proc_private { "private" } else { "host" });
+        confirmed.metadata = Some(metadata_kind(report.view_read_only, report.uid == 0));
         confirmed.egress = Some(egress_kind(report.net_namespace, !walls.net.is_empty()));
         confirmed.paths =
             (!walls.protect.rules.is_empty()).then_some(if report.paths_masked { "mount-namespace" } else { "none" });
@@ -901,8 +902,18 @@ impl ProcessRuntime {
             paths: (!walls.protect.rules.is_empty()).then_some(if ns { "mount-namespace" } else { "none" }),
             namespaces,
             proc: Some(if ns { "private" } else { "host" }),
+            metadata: Some(metadata_kind(ns, self.support.root)),
             egress: Some(egress_kind(ns, !walls.net.is_empty())),
         }
+    }
+}
+
+/// What confines file metadata, for [`SandboxReport::metadata`].
+fn metadata_kind(view: bool, uid0: bool) -> &'static str {
+    match (view, uid0) {
+        (true, _) => "mount-view",
+        (false, true) => "seccomp-uid0",
+        (false, false) => "none",
     }
 }
 

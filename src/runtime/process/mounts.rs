@@ -42,6 +42,10 @@ const STAGING: &[&str] = &["/mnt", "/run", "/tmp", "/media", "/srv", "/opt"];
 /// `userns`: the helper is in a user namespace of the call's (overlayfs then
 /// keeps its state in `user.` xattrs).
 pub fn apply_layers(layers: &[LayerRoot], userns: bool) -> Result<(), String> {
+    // The layers' own directories (upper and work side by side under the call's
+    // directory) stay writable under the read-only view: one bind of that directory.
+    let dirs: Vec<PathBuf> = layers.iter().filter_map(|l| l.upper.parent().map(Path::to_path_buf)).collect();
+    keep_writable(&dirs)?;
     // Every directory is opened (no link followed) before any overlay is mounted.
     let mut opened = Vec::new();
     for l in layers {
@@ -144,8 +148,9 @@ fn bind(source: &OwnedFd, target: &OwnedFd, recursive: bool) -> nix::Result<()> 
     nix::mount::mount(Some(fd_path(source).as_str()), fd_path(target).as_str(), None::<&str>, flags, None::<&str>)
 }
 
-/// Makes the mount `fd` is the root of read-only, with everything beneath it.
-fn read_only(fd: &OwnedFd) -> std::io::Result<()> {
+/// `mount_setattr` on the mount `fd` is the root of (and, `recursive`, every
+/// mount beneath it): `set` and `clear` are `MOUNT_ATTR_*` bits.
+fn set_attr(fd: &OwnedFd, set: u64, clear: u64, recursive: bool) -> std::io::Result<()> {
     #[repr(C)]
     struct MountAttr {
         attr_set: u64,
@@ -153,9 +158,9 @@ fn read_only(fd: &OwnedFd) -> std::io::Result<()> {
         propagation: u64,
         userns_fd: u64,
     }
-    const MOUNT_ATTR_RDONLY: u64 = 0x1;
     const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = (libc::AT_EMPTY_PATH as libc::c_uint) | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes of `attr`, which
     // lives across the call, and the empty path is a valid C string.
     #[allow(unsafe_code)]
@@ -164,15 +169,59 @@ fn read_only(fd: &OwnedFd) -> std::io::Result<()> {
             libc::SYS_mount_setattr,
             fd.as_raw_fd(),
             c"".as_ptr(),
-            (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    if r == 0 {
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// `MOUNT_ATTR_RDONLY`.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// Makes every mount of the call's mount namespace read-only: from here on
+/// nothing outside what is mounted afterwards (its layers, `{tmp}`, `/proc`,
+/// `/dev/shm`) and what [`keep_writable`] reopens can change, its metadata
+/// (mode, owner, times, extended attributes) included, whatever the uid.
+pub fn read_only_view() -> Result<(), String> {
+    let root = open_path(Path::new("/"), true).map_err(|e| format!("cannot open / for the read-only view: {e}"))?;
+    set_attr(&root, MOUNT_ATTR_RDONLY, 0, true).map_err(|e| format!("cannot make the call's view read-only: {e}"))
+}
+
+/// Reopens for writing each of `paths` (write grants) that the read-only view
+/// covers and no layer or tmpfs of the call does: bound onto itself, its
+/// read-only flag cleared.
+pub fn keep_writable(paths: &[PathBuf]) -> Result<(), String> {
+    for p in paths {
+        let dir = p.is_dir();
+        let fd = match open_path(p, dir) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(format!("cannot open the write grant {}: {e}", p.display())),
+        };
+        let ro = nix::sys::statvfs::fstatvfs(&fd)
+            .map_err(|e| format!("cannot stat {}: {e}", p.display()))?
+            .flags()
+            .contains(nix::sys::statvfs::FsFlags::ST_RDONLY);
+        if !ro {
+            continue;
+        }
+        bind(&fd, &fd, true).map_err(|e| format!("cannot bind the write grant {} onto itself: {e}", p.display()))?;
+        let top = open_path(p, dir).map_err(|e| format!("cannot open {} again: {e}", p.display()))?;
+        set_attr(&top, 0, MOUNT_ATTR_RDONLY, false)
+            .map_err(|e| format!("cannot make the write grant {} writable: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Makes the mount `fd` is the root of read-only, with everything beneath it.
+fn read_only(fd: &OwnedFd) -> std::io::Result<()> {
+    let r = set_attr(fd, MOUNT_ATTR_RDONLY, 0, true);
+    if r.is_ok() {
         return Ok(());
     }
-    let err = std::io::Error::last_os_error();
+    let err = r.err().unwrap_or_else(std::io::Error::last_os_error);
     if err.raw_os_error() != Some(libc::ENOSYS) {
         return Err(err);
     }

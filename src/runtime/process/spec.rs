@@ -193,6 +193,10 @@ pub struct HelperReport {
     /// The write grants are layers.
     #[serde(default)]
     pub layered: bool,
+    /// Every mount but the call's own is read-only: file metadata is confined
+    /// by the view, at every uid.
+    #[serde(default)]
+    pub view_read_only: bool,
     /// The call has a network namespace of its own (only loopback; the proxy
     /// its one way out).
     #[serde(default)]

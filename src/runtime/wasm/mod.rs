@@ -700,6 +700,7 @@ impl ComponentRuntime {
             paths: (!walls.protect.is_empty()).then_some("wasi-host"),
             namespaces: Vec::new(),
             proc: None,
+            metadata: None,
             egress: (!walls.net.is_empty()).then_some("wasi-host"),
         }
     }
