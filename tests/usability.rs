@@ -314,7 +314,8 @@ fn ps_shows_only_the_calls_processes() {
     let s = said(&r);
     let rows: Vec<&str> = s.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     let names: Vec<&str> = rows.iter().filter_map(|l| l.split_whitespace().nth(1)).collect();
-    let mine = ["sh", "sleep", "ps", "bash", "dash", "warden-helper", "warden"];
+    // The call's init is warden's helper, pid 1 of the namespace.
+    let mine = ["sh", "sleep", "ps", "bash", "dash", "warden-helper", "warden-sandbox", "warden"];
     let foreign: Vec<&&str> = names.iter().filter(|n| !mine.contains(n)).collect();
     let ok = s.ok && names.contains(&"ps") && names.contains(&"sleep") && foreign.is_empty() && rows.len() <= 6;
     let detail = format!("ps -e listed {}: {}", rows.len(), names.join(", "));
