@@ -161,9 +161,12 @@ impl Catalog {
         all.into_iter()
     }
 
-    /// The tools an agent may see: not `deny`, sorted by name.
+    /// The tools an agent may see: not `deny`, not walls for `warden run`
+    /// alone, sorted by name.
     pub fn visible(&self) -> impl Iterator<Item = &Entry> {
-        self.entries().filter(|e| e.spec.tier != Tier::Deny)
+        self.entries().filter(|e| {
+            e.spec.tier != Tier::Deny && !matches!(&e.spec.runner, crate::policy::Runner::Process(x) if x.run_only())
+        })
     }
 
     /// Resolves a requested name: exact, then `SERVER__TOOL` (starting that
@@ -341,8 +344,9 @@ impl Found<'_> {
                 (None, def.description.clone(), def.input_schema.clone(), format!("server {}", st.server))
             }
             Runner::Process(exec) => {
-                let program = std::path::Path::new(&exec.argv[0]);
-                if !program.is_file() {
+                // A run-only tool (no exec) names no program: `warden run` finds one per call.
+                let program = std::path::Path::new(exec.argv.first().map_or("", String::as_str));
+                if !exec.argv.is_empty() && !program.is_file() {
                     return Err(CallError::new(
                         ErrorCode::SandboxUnavailable,
                         format!(

@@ -94,6 +94,10 @@ pub struct CallHooks<'a> {
     /// process tools' `WARDEN_PROGRESS_FD` lines);
     /// without it they go to `tap` as lines.
     pub progress: Option<crate::runtime::ProgressSink>,
+    /// `warden run`: this command line runs under the tool's walls instead of
+    /// its `exec`, with warden's own stdin, stdout and stderr (the call's
+    /// arguments are `{"command": …}`, for its rules and its record).
+    pub run: Option<Vec<String>>,
 }
 
 /// Where [`Executor::begin`] left a call.
@@ -563,7 +567,27 @@ impl Executor {
             return Err(CallError::new(ErrorCode::Denied, why));
         }
         let ready: &ReadyTool = entry.state.as_ref().map_err(Clone::clone)?;
-        let violations = ready.violations(&call.args);
+        let run_only = matches!(&spec.runner, Runner::Process(e) if e.run_only());
+        match (&hooks.run, &spec.runner) {
+            (Some(_), Runner::Process(_)) => {}
+            (Some(_), _) => {
+                return Err(CallError::new(
+                    ErrorCode::InvalidArgs,
+                    format!("{name}: warden run needs a process tool (its walls); {name} is not one"),
+                ));
+            }
+            (None, _) if run_only => {
+                return Err(CallError::new(
+                    ErrorCode::InvalidArgs,
+                    format!(
+                        "{name}: has no exec; it lends its walls to a command line: warden run --tool {name} -- CMD"
+                    ),
+                ));
+            }
+            (None, _) => {}
+        }
+        // A command line under the tool's walls has no arguments to check.
+        let violations = if hooks.run.is_some() { Vec::new() } else { ready.violations(&call.args) };
         if !violations.is_empty() {
             trace.decision = Decision::None;
             return Err(CallError::new(
@@ -571,7 +595,9 @@ impl Executor {
                 format!("{name}: {} invalid argument(s): {}", violations.len(), violations.join("; ")),
             ));
         }
-        self.check_paths(name, ready, &call.args)?;
+        if hooks.run.is_none() {
+            self.check_paths(name, ready, &call.args)?;
+        }
 
         // Approve.
         trace.approved_by = Some(ApprovedBy::Auto);
@@ -667,6 +693,18 @@ impl Executor {
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
         let run = match (&spec.runner, &ready.plugin) {
+            (Runner::Process(exec), _) if hooks.run.is_some() => {
+                trace.sandbox = Some(self.processes.report(&walls));
+                let argv = hooks.run.as_deref().unwrap_or_default();
+                self.processes.run_command(
+                    name,
+                    argv,
+                    exec,
+                    &walls,
+                    tmp.as_ref().map(|t| t.path.as_path()),
+                    &hooks.cancel,
+                )
+            }
             (Runner::Process(exec), _) => {
                 trace.sandbox = Some(self.processes.report(&walls));
                 self.processes.call(

@@ -885,7 +885,7 @@ fn a_cancelled_call_leaves_no_process_behind() {
         warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) };
     let exec = warden::Executor::new(policy, Approver::new(ApproveMode::Deny), log, options).unwrap();
     let marker = "cancelmark-5e1d";
-    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None };
+    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None, run: None };
     let switch = hooks.cancel.clone();
     let ws = env.ws.clone();
     let watcher = std::thread::spawn(move || {

@@ -63,6 +63,22 @@ pub enum Command {
         #[arg(long)]
         stream: bool,
     },
+    /// Run a command line under a tool's walls: its grants, environment and
+    /// limits, the call's layer and a record, the program found on the tool's
+    /// PATH; it gets warden's stdin, stdout and stderr (a terminal passes
+    /// through), and warden exits with its status (128+N for signal N).
+    ///
+    /// The tool is a `[tools.NAME]` entry, by default `run` (a tool without
+    /// `exec` lends only its walls); its tier and rules decide as for a call,
+    /// with the command line as the argument `command`.
+    Run {
+        /// The tool whose walls the command runs under.
+        #[arg(long, value_name = "NAME", default_value = "run")]
+        tool: String,
+        /// The command line, after --.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Read one tool call from stdin (an OpenAI tool_calls item or assistant message,
     /// or an Anthropic tool_use block or assistant message) and print the tool-result message(s).
     Exec,

@@ -102,6 +102,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 response.exit_code()
             })
         }
+        Command::Run { tool, command } => run_command(&cli, tool, command),
         Command::Exec => {
             let executor = executor(&cli)?;
             let input = read_stdin()?;
@@ -929,4 +930,63 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
         println!("valid: {} tool(s)", catalog.entries().count());
         0
     }
+}
+
+/// `warden run [--tool NAME] -- CMD …`: the command line under the tool's
+/// walls, warden's stdio passed through; exits with the program's status, or
+/// warden's code (and a line on stderr) when it refused or could not run it.
+fn run_command(cli: &Cli, tool: &str, command: &[String]) -> Result<u8, Failure> {
+    let executor = executor_for(cli, Some(tool))?;
+    let line = command.iter().map(|a| shell_word(a)).collect::<Vec<_>>().join(" ");
+    // Ctrl-C, a closed terminal or a CI runner's stop cancels the run: the
+    // program's tree is killed and the record says so (exit 130).
+    let cancel = crate::runtime::Cancel::new();
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            set.add(s);
+        }
+        if set.thread_block().is_ok() {
+            let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
+            let _ = std::thread::Builder::new().name("warden-run-signals".into()).spawn(move || {
+                if set.wait().is_ok() {
+                    interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                    cancel.cancel();
+                }
+            });
+        }
+    }
+    let hooks = CallHooks { cancel, run: Some(command.to_vec()), ..CallHooks::default() };
+    let response = executor.call_with(ToolCall::new(tool.to_string(), json!({ "command": line })), &hooks);
+    if let Some(refused) = response.result.as_ref().and_then(|r| r.get("layer")) {
+        eprintln!("warden: {tool}: {}", crate::shape::sanitize_str(&refused.to_string()));
+    }
+    if let Some(code) = echo::program_status(&response) {
+        return Ok(code);
+    }
+    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        eprintln!("warden: {tool}: interrupted; the command's processes were killed");
+        return Ok(130);
+    }
+    if let Some(e) = &response.error {
+        let mut message = e.message.clone();
+        if e.code == crate::ErrorCode::NotFound && tool == "run" {
+            message.push_str(
+                "; warden run needs a tool to lend its walls: declare [tools.run] (fs, env, limits; no exec), or \
+                 pass --tool NAME",
+            );
+        }
+        eprintln!("warden: {tool}: {}: {}", e.code.as_str(), crate::shape::sanitize_str(&message));
+    } else if let Some(why) = &response.reason {
+        eprintln!("warden: {tool}: rejected: {}", crate::shape::sanitize_str(why));
+    }
+    Ok(response.exit_code())
+}
+
+/// A command-line word as a POSIX shell would read it back.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain { word.to_string() } else { format!("'{}'", word.replace('\'', "'\\''")) }
 }

@@ -440,7 +440,7 @@ impl ServerHandler for WardenServer {
             // Without an asker, the executor's own approver answers (`--approve yes|deny`).
             let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
                 if asker.is_some() { Some(&hook) } else { None };
-            let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink };
+            let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink, run: None };
             let ready = match worker.executor.begin(ToolCall::new(name, args), &hooks) {
                 Begun::Done(response) => return Outcome::Response(response),
                 Begun::Ready(ready) => ready,

@@ -616,14 +616,37 @@ fn compile_tool(
             let _ = exec;
             return None;
         }
+        // Neither: walls for `warden run --tool NAME -- CMD`, which agents cannot call.
         (None, None) => {
-            c.problem(
-                span,
-                format!(
-                    "tool {name}: needs `plugin = \"…\"` (a component tool) or `exec = [\"/path/to/program\", …]` (a process tool)"
-                ),
-            );
-            return None;
+            for (key, value) in [
+                ("args", t.args.as_ref().map(Spanned::span)),
+                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
+                ("cache", t.cache.as_ref().map(Spanned::span)),
+                ("background", t.background.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = value {
+                    c.problem(
+                        span,
+                        format!(
+                            "tool {name}: `{key}` needs a program; a tool without `exec` or `plugin` only lends its \
+                             walls to `warden run --tool {name} -- CMD`"
+                        ),
+                    );
+                }
+            }
+            let cwd = match &t.cwd {
+                None => ctx.workspace.clone(),
+                Some(cwd) => match expand_path(c, name, cwd, ctx) {
+                    Some(GrantPath::Fixed(p)) => p,
+                    Some(GrantPath::Tmp(_)) => {
+                        c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
+                        return None;
+                    }
+                    None => return None,
+                },
+            };
+            let _ = span;
+            Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None })
         }
         (None, Some(plugin)) if plugins.get(plugin.get_ref()).is_some_and(|p| p.kind == PluginKind::Command) => {
             Runner::Command(compile_command(c, name, plugin.get_ref(), t, ctx)?)

@@ -470,6 +470,11 @@ pub struct ExecSpec {
 }
 
 impl ExecSpec {
+    /// A tool with no `exec`: it only lends its walls to `warden run`.
+    pub fn run_only(&self) -> bool {
+        self.argv.is_empty()
+    }
+
     /// The input schema: the explicit one, or every parameter a required string.
     pub fn schema(&self) -> serde_json::Value {
         template_schema(&self.params, self.input_schema.as_ref())

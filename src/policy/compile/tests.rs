@@ -332,3 +332,19 @@ fn background_is_refused_on_servers_and_with_cache() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(p.tools["s__t"].background);
 }
+
+#[test]
+fn a_tool_with_neither_exec_nor_plugin_only_lends_its_walls() {
+    let p = load("version = 1\n[tools.run]\nfs.read = [\"{workspace}\"]\n").unwrap_or_else(|e| panic!("{e}"));
+    match &p.tools["run"].runner {
+        Runner::Process(exec) => assert!(exec.argv.is_empty() && exec.params.is_empty()),
+        _ => panic!("a run-only tool is a process tool without a program"),
+    }
+    for key in ["args = [\"x\"]", "cache = \"1m\"", "background = true", "input_schema = '{\"type\":\"object\"}'"] {
+        let problem = first_problem(&format!("version = 1\n[tools.run]\n{key}\n"));
+        assert!(
+            problem.message.contains("only lends its walls to `warden run --tool run -- CMD`"),
+            "{key}: {problem:?}"
+        );
+    }
+}

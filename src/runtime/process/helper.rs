@@ -114,6 +114,14 @@ pub fn run_main() -> ! {
             r.ok = true;
             report(Some(&mut channel), &r);
             let start = move || -> std::convert::Infallible {
+                // The tool starts with no signal blocked, whatever blocked them on
+                // the way (the init blocks what it forwards; `warden run` blocks
+                // Ctrl-C for the thread that waits for it).
+                let _ = nix::sys::signal::pthread_sigmask(
+                    nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                    Some(&nix::sys::signal::SigSet::empty()),
+                    None,
+                );
                 let err = exec(&spec);
                 report(Some(&mut channel), &HelperReport { ok: false, error: Some(err), exec_failed: true, ..r });
                 std::process::exit(127);
@@ -223,7 +231,16 @@ fn confine(
     }
     // 4b''. The progress pipe's write end, received here (in the call's
     // namespaces: the monitor outside never holds it); close-on-exec until 7.
-    let progress_fd = if spec.progress { Some(progress::recv_fd(channel)?) } else { None };
+    let progress_fd = if spec.progress { Some(progress::recv_fd(channel, "the progress pipe")?) } else { None };
+    // 4b-stdin. `warden run`: warden's own stdin becomes the program's.
+    if spec.stdin_passed {
+        let fd = progress::recv_fd(channel, "its standard input")?;
+        // SAFETY: dup2 of a descriptor this process owns onto 0; no memory is touched.
+        #[allow(unsafe_code)]
+        if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&fd), 0) } < 0 {
+            return Err(format!("cannot make warden's stdin the program's: {}", std::io::Error::last_os_error()));
+        }
+    }
     // 4b-view. The view read-only: only what is mounted from here on (the
     // layers, {tmp}, /proc, /dev/shm) and the write grants reopened below can change.
     if in_ns {

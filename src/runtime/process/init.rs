@@ -37,9 +37,8 @@ pub fn run(status: OwnedFd, start: impl FnOnce() -> std::convert::Infallible) ->
         set.add(s);
     }
     set.add(Signal::SIGCHLD);
-    let mut old = SigSet::empty();
     // Blocked before the fork, so no signal meant for the tool is lost in between.
-    if nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old)).is_err() {
+    if nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).is_err() {
         std::process::exit(126);
     }
     // SAFETY: the helper is single-threaded, so the child may run any code.
@@ -48,7 +47,7 @@ pub fn run(status: OwnedFd, start: impl FnOnce() -> std::convert::Infallible) ->
     match forked {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(status);
-            let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            // `start` clears the mask before it execs the tool.
             match start() {}
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => watch(child, status, &set),

@@ -33,6 +33,7 @@ mod supervise;
 pub mod tmpfs;
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -266,6 +267,9 @@ enum Launch {
     Call {
         /// The write end of the call's progress pipe.
         progress: std::os::fd::OwnedFd,
+        /// `warden run`: the program gets warden's own stdin, stdout and
+        /// stderr (a terminal, or a CI log), not pipes.
+        inherit: bool,
     },
     /// A long-running MCP server: the helper socket becomes its stdin.
     Server,
@@ -383,13 +387,51 @@ impl ProcessRuntime {
         progress: Option<&ProgressSink>,
     ) -> Result<RunOutput, CallError> {
         let argv = fill_argv(tool, exec, args, tmp)?;
+        self.execute(tool, argv, exec, walls, tmp, cancel, tap, progress, false)
+    }
+
+    /// `warden run`: `argv` (any command line, its program found on the
+    /// tool's `PATH` when not a path) under the walls of the tool `exec`
+    /// belongs to, with warden's own stdin, stdout and stderr.
+    pub fn run_command(
+        &self,
+        tool: &str,
+        argv: &[String],
+        exec: &ExecSpec,
+        walls: &Walls,
+        tmp: Option<&std::path::Path>,
+        cancel: &Cancel,
+    ) -> Result<RunOutput, CallError> {
+        let program = argv.first().ok_or_else(|| {
+            CallError::new(ErrorCode::InvalidArgs, format!("{tool}: warden run needs a command after --"))
+        })?;
+        let mut argv = argv.to_vec();
+        argv[0] = program::locate(tool, program, &exec.cwd, walls)?;
+        self.execute(tool, argv, exec, walls, tmp, cancel, None, None, true)
+    }
+
+    /// Runs `argv` in the sandbox: the body of [`ProcessRuntime::call`] and
+    /// [`ProcessRuntime::run_command`] (`inherit`: warden's own stdio).
+    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
+    fn execute(
+        &self,
+        tool: &str,
+        argv: Vec<String>,
+        exec: &ExecSpec,
+        walls: &Walls,
+        tmp: Option<&std::path::Path>,
+        cancel: &Cancel,
+        tap: Option<&OutputTap>,
+        progress: Option<&ProgressSink>,
+        inherit: bool,
+    ) -> Result<RunOutput, CallError> {
         let limits = walls.limits;
         let started = Instant::now();
         let pipe = progress::ProgressPipe::new().map_err(|e| {
             CallError::new(ErrorCode::Internal, format!("{tool}: cannot create the progress pipe: {e}"))
         })?;
         let Spawned { mut child, pid, mut channel, cgroup, layer, proxy, report_prefix } =
-            self.spawn(tool, argv, &exec.cwd, walls, tmp, Launch::Call { progress: pipe.write })?;
+            self.spawn(tool, argv, &exec.cwd, walls, tmp, Launch::Call { progress: pipe.write, inherit })?;
         let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
@@ -587,9 +629,9 @@ impl ProcessRuntime {
         tmp: Option<&std::path::Path>,
         launch: Launch,
     ) -> Result<Spawned, CallError> {
-        let (stdin_from_host, progress_fd) = match launch {
-            Launch::Server => (true, None),
-            Launch::Call { progress } => (false, Some(progress)),
+        let (stdin_from_host, progress_fd, inherit) = match launch {
+            Launch::Server => (true, None, false),
+            Launch::Call { progress, inherit } => (false, Some(progress), inherit),
         };
         self.check_support(tool)?;
         self.check_paths(tool, walls)?;
@@ -726,6 +768,7 @@ impl ProcessRuntime {
             require_seccomp: self.mode == SandboxMode::Enforce,
             parent_pid: std::process::id(),
             stdin_from_host,
+            stdin_passed: inherit,
             progress: progress_fd.is_some(),
             namespaces: plan,
             rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
@@ -741,8 +784,8 @@ impl ProcessRuntime {
             .arg(helper::HELPER_ARG)
             .env_clear()
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(if inherit { Stdio::inherit() } else { Stdio::piped() })
+            .stderr(if inherit { Stdio::inherit() } else { Stdio::piped() })
             .spawn()
             .map_err(|e| {
                 CallError::new(
@@ -771,7 +814,14 @@ impl ProcessRuntime {
             let _ = channel.write_all(&spec_json);
             // The tool's end of the progress pipe goes to the helper; the host keeps no copy.
             if let Some(fd) = progress_fd
-                && let Err(e) = progress::send_fd(&channel, &fd)
+                && let Err(e) = progress::send_fd(&channel, &fd, "the progress pipe")
+            {
+                tracing::debug!("{tool}: {e}");
+            }
+            // `warden run`: warden's stdin goes to the program too.
+            if inherit
+                && let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned()
+                && let Err(e) = progress::send_fd(&channel, &stdin, "its standard input")
             {
                 tracing::debug!("{tool}: {e}");
             }

@@ -111,6 +111,59 @@ pub fn unreachable_for(program: &Path, uid: u32, gid: u32) -> Option<(PathBuf, S
     None
 }
 
+/// `warden run`'s program: a path (relative to `cwd`), or a name found on the
+/// tool's `PATH` as a shell would find it. The first match decides: when it
+/// (or a link or interpreter on its way) lies outside the tool's grants, the
+/// call is refused naming it, never run with another program further down
+/// `PATH` (a toolchain swapped in silently).
+pub fn locate(
+    tool: &str,
+    program: &str,
+    cwd: &Path,
+    walls: &crate::runtime::Walls,
+) -> Result<String, crate::CallError> {
+    use crate::{CallError, ErrorCode};
+    use std::os::unix::fs::PermissionsExt;
+    let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+    let check = |candidate: PathBuf| -> Result<String, CallError> {
+        match hint(&candidate, &granted, &format!("tool {tool}")) {
+            None => Ok(candidate.display().to_string()),
+            Some(why) if candidate.as_os_str() == program => {
+                Err(CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {program}: {why}")))
+            }
+            Some(why) => Err(CallError::new(
+                ErrorCode::ExecutionFailed,
+                format!("{tool}: {program} is {}, and {why}", candidate.display()),
+            )),
+        }
+    };
+    if program.contains('/') {
+        let candidate = cwd.join(program);
+        if !candidate.is_file() {
+            return Err(CallError::new(
+                ErrorCode::ExecutionFailed,
+                format!("{tool}: {program}: no such program (looked for {})", candidate.display()),
+            ));
+        }
+        return check(candidate);
+    }
+    let path =
+        walls.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    for dir in path.split(':').filter(|d| d.starts_with('/')) {
+        let candidate = Path::new(dir).join(program);
+        let runnable = std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if runnable {
+            return check(candidate);
+        }
+    }
+    Err(CallError::new(
+        ErrorCode::ExecutionFailed,
+        format!(
+            "{tool}: {program}: not found on the tool's PATH ({path}); pass its full path, or set PATH in env.pass or env.set"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -64,25 +64,25 @@ impl ProgressPipe {
 }
 
 /// Sends `fd` to the helper on its socket, with a marker byte.
-pub fn send_fd(channel: &impl AsRawFd, fd: &OwnedFd) -> Result<(), String> {
+pub fn send_fd(channel: &impl AsRawFd, fd: &OwnedFd, what: &str) -> Result<(), String> {
     let fds = [fd.as_raw_fd()];
     let marker = [WITH_FD];
     let iov = [IoSlice::new(&marker)];
     sendmsg::<()>(channel.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-        .map_err(|e| format!("cannot hand the helper the progress pipe: {e}"))?;
+        .map_err(|e| format!("cannot hand the helper {what}: {e}"))?;
     Ok(())
 }
 
 /// Receives the descriptor [`send_fd`] sent (close-on-exec until the helper
 /// clears it for the tool).
-pub fn recv_fd(channel: &impl AsRawFd) -> Result<OwnedFd, String> {
+pub fn recv_fd(channel: &impl AsRawFd, what: &str) -> Result<OwnedFd, String> {
     let mut byte = [0u8; 1];
     let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
     loop {
         let mut iov = [IoSliceMut::new(&mut byte)];
         match recvmsg::<()>(channel.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(format!("cannot receive the progress pipe: {e}")),
+            Err(e) => return Err(format!("cannot receive {what}: {e}")),
             Ok(msg) => {
                 let mut got = None;
                 for c in msg.cmsgs().map_err(|e| format!("bad message from warden: {e}"))? {
@@ -97,7 +97,7 @@ pub fn recv_fd(channel: &impl AsRawFd) -> Result<OwnedFd, String> {
                 }
                 return match (msg.bytes, byte[0], got) {
                     (1, WITH_FD, Some(fd)) => Ok(fd),
-                    _ => Err("warden did not send the progress pipe".into()),
+                    _ => Err(format!("warden did not send {what}")),
                 };
             }
         }

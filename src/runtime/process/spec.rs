@@ -68,6 +68,10 @@ pub struct SandboxSpec {
     /// server reads its requests there); otherwise stdin is `/dev/null`.
     #[serde(default)]
     pub stdin_from_host: bool,
+    /// After the progress pipe the host sends its own standard input, which
+    /// becomes the program's (`warden run`: a terminal or a pipe passed through).
+    #[serde(default)]
+    pub stdin_passed: bool,
     /// After the spec the host sends the write end of the call's progress pipe
     /// ([`super::progress`]); the tool gets it, and only it, as `WARDEN_PROGRESS_FD`.
     #[serde(default)]

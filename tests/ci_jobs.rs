@@ -1,0 +1,88 @@
+//! CI jobs under `policies/ci.toml` (issue 32): `warden run -- CMD …` as a CI
+//! step writes it, real programs in a checkout the invoking user owns (root in
+//! CI: a root-owned checkout, the tool uid 0 without capabilities), the
+//! program's own exit status, stdio passed through, and a refusal that names
+//! what to change. `.ci/unprivileged` runs this binary again as an ordinary
+//! user.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use std::path::Path;
+
+use util::{Env, Run};
+
+/// The shipped CI policy, placed where docs/ci.md puts it: in the checkout.
+fn ci_env() -> Env {
+    let env = Env::new();
+    let policy = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/ci.toml")).unwrap();
+    env.write("ci.toml", &policy);
+    env
+}
+
+/// `warden --policy ci.toml run -- ARGV…` in the checkout, `stdin` fed to it.
+fn run(env: &Env, argv: &[&str], stdin: Option<&str>) -> Run {
+    let mut args = vec!["--policy", "ci.toml", "run", "--"];
+    args.extend(argv);
+    env.run_with_stdin(&args, stdin)
+}
+
+#[test]
+fn run_passes_stdio_through_and_exits_with_the_programs_status() {
+    let env = ci_env();
+    let r = run(&env, &["sh", "-c", "cat; echo out; echo err >&2; exit 7"], Some("from stdin\n"));
+    assert_eq!(r.code, 7, "{r:?}");
+    assert_eq!(r.stdout, "from stdin\nout\n", "{r:?}");
+    assert_eq!(r.stderr.trim(), "err", "{r:?}");
+    let records = env.audit_records();
+    let record = records.iter().find(|r| r["tool"] == "run").expect("a record of the run");
+    assert_eq!(record["args"]["command"], "sh -c 'cat; echo out; echo err >&2; exit 7'", "{record}");
+}
+
+#[test]
+fn run_writes_the_checkout_and_a_self_abort_is_134() {
+    let env = ci_env();
+    let r = run(&env, &["sh", "-c", "echo built > artifact.txt"], None);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(env.ws.join("artifact.txt")).unwrap(), "built\n");
+    let r = run(&env, &["/usr/bin/python3", "-c", "import os; os.abort()"], None);
+    assert_eq!(r.code, 134, "SIGABRT is 128+6: {r:?}");
+    let r = run(&env, &["sh", "-c", "kill -TERM $$"], None);
+    assert_eq!(r.code, 143, "SIGTERM is 128+15: {r:?}");
+}
+
+#[test]
+fn run_refuses_a_program_outside_the_grants_naming_it_and_the_key() {
+    let env = ci_env();
+    let program = env.outside.join("tool");
+    std::fs::copy("/bin/true", &program).unwrap();
+    let r = run(&env, &[program.to_str().unwrap()], None);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains(program.to_str().unwrap()) && r.stderr.contains("fs.read"), "{r:?}");
+    let r = run(&env, &["no-such-program-here"], None);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("no-such-program-here: not found on the tool's PATH"), "{r:?}");
+    // Nothing ran, and the record says the call failed.
+    let records = env.audit_records();
+    assert!(records.iter().filter(|r| r["tool"] == "run").all(|r| r["status"] == "error"), "{records:?}");
+}
+
+#[test]
+fn a_run_only_tool_is_neither_listed_nor_callable() {
+    let env = ci_env();
+    let r = env.run(&["--policy", "ci.toml", "call", "run", "{}"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("warden run --tool run -- CMD"), "{r:?}");
+    let r = env.run(&["--policy", "ci.toml", "list"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.lines().all(|l| !l.starts_with("run ")), "{r:?}");
+    assert!(r.stdout.lines().any(|l| l.starts_with("test ")), "{r:?}");
+    // Another tool lends its walls with --tool; a policy without [tools.run] says what to declare.
+    let r = env.run(&["--policy", "ci.toml", "run", "--tool", "test", "--", "true"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    env.write("bare.toml", "version = 1\n");
+    let r = env.run(&["--policy", "bare.toml", "run", "--", "true"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("declare [tools.run]"), "{r:?}");
+}
