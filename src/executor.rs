@@ -691,7 +691,7 @@ impl Executor {
             trace.sandbox = Some(sandbox);
             return Ok(self.shape(spec, value, usage, blocks, trace));
         }
-        let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable)?;
+        let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable, &self.policy.own_files)?;
         let run = match (&spec.runner, &ready.plugin) {
             (Runner::Process(exec), _) if hooks.run.is_some() => {
                 trace.sandbox = Some(self.processes.report(&walls));

@@ -78,11 +78,94 @@ fn a_run_only_tool_is_neither_listed_nor_callable() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.lines().all(|l| !l.starts_with("run ")), "{r:?}");
     assert!(r.stdout.lines().any(|l| l.starts_with("test ")), "{r:?}");
-    // Another tool lends its walls with --tool; a policy without [tools.run] says what to declare.
-    let r = env.run(&["--policy", "ci.toml", "run", "--tool", "test", "--", "true"]);
+    // Another tool lends its walls, tier and rules with --tool (the command line is what its rules
+    // see); a policy without [tools.run] says what to declare.
+    let r = env.run(&["--policy", "ci.toml", "run", "--tool", "test", "--", "python3", "-m", "unittest", "-h"]);
     assert_eq!(r.code, 0, "{r:?}");
+    let r = env.run(&["--policy", "ci.toml", "run", "--tool", "test", "--", "true"]);
+    assert_eq!(r.code, 3, "not a runner's command line: test asks, and nobody answers: {r:?}");
     env.write("bare.toml", "version = 1\n");
     let r = env.run(&["--policy", "bare.toml", "run", "--", "true"]);
     assert_ne!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("declare [tools.run]"), "{r:?}");
+}
+
+/// warden's own files in the checkout (the policy docs/ci.md puts there, a
+/// `warden.toml` warden would load without `--policy`, the lock beside them)
+/// are protected in every call, whatever the grants: a tool that rewrote one
+/// would set its own walls at the next step. Judged from the host: the bytes
+/// are unchanged and nothing new appeared.
+#[test]
+fn a_run_cannot_rewrite_or_plant_wardens_own_files() {
+    let env = ci_env();
+    let before = std::fs::read(env.ws.join("ci.toml")).unwrap();
+    let r = run(
+        &env,
+        &[
+            "sh",
+            "-c",
+            "echo 'tier = \"auto\"' >> ci.toml; echo \"ci.toml $?\"; \
+             printf 'version = 1\\n' > warden.toml; echo \"warden.toml $?\"; \
+             mkdir -p sub && printf 'version = 1\\n' > sub/warden.toml; \
+             printf 'x' > warden.lock; mv ci.toml moved.toml; echo \"mv $?\"; echo done",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("ci.toml 2") || r.stdout.contains("ci.toml 1"), "the append failed inside: {r:?}");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert_eq!(std::fs::read(env.ws.join("ci.toml")).unwrap(), before, "the policy file is as it was");
+    for planted in ["warden.toml", "sub/warden.toml", "warden.lock", "moved.toml"] {
+        assert!(!env.ws.join(planted).exists(), "{planted} reached the host: {r:?}");
+    }
+    assert!(r.stderr.contains("not applied: sub/warden.toml"), "{r:?}");
+}
+
+/// A toolchain first on `PATH` (as setup-node or pyenv put it) but outside the
+/// grants: on the host `python3` is the toolchain's; in the sandbox a shell
+/// would skip the entry and run /usr/bin/python3. warden refuses before
+/// anything runs, naming the entry, what it shadows and the key; granted, the
+/// toolchain's own program runs.
+#[test]
+fn a_toolchain_outside_the_grants_is_refused_never_swapped() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = ci_env();
+    let home = env.outside.join("toolchain");
+    let bin = home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = bin.join("python3");
+    std::fs::write(&python, "#!/bin/sh\necho the toolchain python\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), util::PATH);
+    let run_with_path = |policy: &str| {
+        let out = env
+            .command(&["--policy", policy, "run", "--", "sh", "-c", "python3 --version; echo ran"])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run_with_path("ci.toml");
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(!stdout.contains("ran"), "the command ran with a swapped toolchain: {stdout}");
+    let entry = bin.display().to_string();
+    for part in [entry.as_str(), "python3", "/usr/bin/python3", "fs.read", "tool run"] {
+        assert!(stderr.contains(part), "the refusal names {part}: {stderr}");
+    }
+
+    env.write(
+        "toolchain.toml",
+        &format!(
+            "version = 1\n\n[tools.run]\ntier = \"auto\"\nfs.read = [\"{{system}}\", \"{{workspace}}\", \"{}\"]\n\
+             fs.write = [\"{{workspace}}\", \"{{tmp}}\"]\nenv = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\n",
+            home.display()
+        ),
+    );
+    let (code, stdout, stderr) = run_with_path("toolchain.toml");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout, "the toolchain python\nran\n", "{stderr}");
 }

@@ -162,8 +162,15 @@ fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
     let log = AuditLog::open(&log_path).unwrap();
     log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
+    // The default policy's shell, with a hermetic PATH: the test's own may put
+    // a user's shim directory (pyenv) before /usr/bin, which warden refuses.
+    let text = warden::policy::DEFAULT_POLICY.replacen(
+        r#"env = { pass = ["PATH", "LANG"], set = { HOME = "{tmp}" } }"#,
+        r#"env = { set = { HOME = "{tmp}", PATH = "/usr/local/bin:/usr/bin:/bin" } }"#,
+        1,
+    );
     let exec = Executor::new(
-        Policy::embedded_default(&ctx).unwrap(),
+        Policy::from_text(&text, "default", Path::new("."), &ctx).unwrap(),
         Approver::new(ApproveMode::Yes),
         log,
         warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) },

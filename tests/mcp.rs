@@ -113,6 +113,10 @@ fn python_sdk_and_inspector_end_to_end() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA"])
         .arg(&suite)
         .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
+        // The tools pass PATH through: a hermetic one, so no user-owned shim
+        // directory (pyenv, nvm) shadows a granted program and trips warden's
+        // toolchain check.
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("WARDEN_CACHE_DIR", mine("warden-test-cache"))
         .env("INSPECTOR_CLI", &cli)
         .env("TASKS_CLIENTS", &tasks)

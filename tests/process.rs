@@ -857,6 +857,7 @@ fn a_warden_binary_without_warden_sandbox_beside_it_is_its_own_helper() {
         .arg(env.root.path().join("alone.jsonl"))
         .args(["--policy", &p, "call", "shell", r#"{"command":"echo ok"}"#])
         .env("HOME", env.root.path())
+        .env("PATH", util::PATH)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -876,7 +877,11 @@ fn a_cancelled_call_leaves_no_process_behind() {
     use warden::runtime::Cancel;
 
     let env = Env::new();
-    let path = policy(&env, "", "timeout = \"60s\"");
+    // In this process warden passes the test's own PATH: the system's is set instead (tests/util).
+    let text = std::fs::read_to_string(policy(&env, "", "timeout = \"60s\"")).unwrap();
+    let text = text.replace("pass = [\"PATH\"], set = {", &format!("set = {{ PATH = {:?},", util::PATH));
+    let path = env.root.path().join("policy.toml");
+    std::fs::write(&path, text).unwrap();
     let ctx = Context { workspace: env.ws.clone(), home: env.root.path().into(), cache: env.root.path().into() };
     let policy = warden::Policy::load(Path::new(&path), &ctx).unwrap();
     std::fs::create_dir_all(env.log.parent().unwrap()).unwrap();

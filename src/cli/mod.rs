@@ -265,19 +265,16 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         }
         Err(_) => (Vec::new(), Default::default(), Vec::new()),
     };
-    let mut own_files = Vec::new();
+    let mut own = Vec::new();
     if origin != crate::policy::DEFAULT_POLICY_NAME {
-        own_files.push(("policy file".to_string(), absolute(Path::new(&origin))));
+        own.push(("policy file".to_string(), absolute(Path::new(&origin))));
     }
-    own_files.push(("audit log".into(), absolute(&cli.audit_log.clone().unwrap_or_else(audit::default_path))));
-    if let Some(cache) = cache_dir() {
-        own_files.push(("component cache".into(), absolute(&cache)));
-    }
+    own.extend(own_files(cli));
     let around = Surroundings {
         refused: loaded.as_ref().err().cloned(),
         descriptions,
         poisoned,
-        own_files,
+        own_files: own,
         hard_links: Some(crate::checkup::links::hard_links),
         tool_names,
     };
@@ -746,7 +743,18 @@ fn load_policy(cli: &Cli, ctx: &Context) -> Result<Policy, Failure> {
     };
     let mut policy = result.map_err(|e| fail(2, e.to_string()))?;
     with_profile(cli, &mut policy)?;
+    policy.own_files.extend(own_files(cli));
     Ok(policy)
+}
+
+/// warden's own files beyond the policy and its lock: the audit log and the
+/// compiled-component cache (every call protects them inside its write grants).
+fn own_files(cli: &Cli) -> Vec<(String, PathBuf)> {
+    let mut own = vec![("audit log".to_string(), absolute(&cli.audit_log.clone().unwrap_or_else(audit::default_path)))];
+    if let Some(cache) = cache_dir() {
+        own.push(("component cache".into(), absolute(&cache)));
+    }
+    own
 }
 
 /// Applies `--profile`, if given.
@@ -960,8 +968,18 @@ fn run_command(cli: &Cli, tool: &str, command: &[String]) -> Result<u8, Failure>
     }
     let hooks = CallHooks { cancel, run: Some(command.to_vec()), ..CallHooks::default() };
     let response = executor.call_with(ToolCall::new(tool.to_string(), json!({ "command": line })), &hooks);
-    if let Some(refused) = response.result.as_ref().and_then(|r| r.get("layer")) {
-        eprintln!("warden: {tool}: {}", crate::shape::sanitize_str(&refused.to_string()));
+    // What the call's layer did not carry to the host, one line each.
+    let layer = response.result.as_ref().and_then(|r| r.get("layer"));
+    for refused in layer.and_then(|l| l.get("refused")).and_then(Value::as_array).into_iter().flatten() {
+        let field = |k: &str| refused.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let line = format!("not applied: {}: {}", field("path"), field("why"));
+        eprintln!("warden: {tool}: {}", crate::shape::sanitize_str(&line));
+    }
+    if let Some(more) = layer.and_then(|l| l.get("refused_count")).and_then(Value::as_u64) {
+        let shown = layer.and_then(|l| l.get("refused")).and_then(Value::as_array).map_or(0, Vec::len) as u64;
+        if more > shown {
+            eprintln!("warden: {tool}: not applied: {} more (the audit record lists them)", more - shown);
+        }
     }
     if let Some(code) = echo::program_status(&response) {
         return Ok(code);

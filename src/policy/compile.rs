@@ -45,6 +45,23 @@ pub const SYSTEM_READ: &[&str] = &[
     "/etc/debian_version",
     "/etc/os-release",
     "/etc/lsb-release",
+    // git reads the system configuration at every start and stops (`fatal:
+    // unable to access '/etc/gitconfig'`) when it exists but cannot be read.
+    "/etc/gitconfig",
+    "/etc/gitattributes",
+    // getprotobyname/getservbyname (Python's socket module, curl, OpenSSH's
+    // port names) read these; the C library reports "not found" without them.
+    "/etc/protocols",
+    "/etc/services",
+    // ncurses and readline: a terminal program's key bindings and
+    // capabilities (the system terminfo database itself lives under /usr).
+    "/etc/terminfo",
+    "/etc/inputrc",
+    // libmagic (`file`, python-magic) loads its local rules from here.
+    "/etc/magic",
+    "/etc/magic.mime",
+    // Never /etc/pip.conf, /etc/npmrc or /etc/docker: they may hold a
+    // registry's credentials; a policy that needs them names them.
     // Debian's Python links /usr/lib/python3.X/sitecustomize.py here: without
     // it every python3 start prints a PermissionError.
     "/etc/python3",
@@ -270,6 +287,15 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         profiles,
         profile: None,
         max_jobs,
+        own_files: if origin == super::DEFAULT_POLICY_NAME {
+            Vec::new()
+        } else {
+            let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            vec![
+                ("policy file".to_string(), absolute(Path::new(origin))),
+                ("lock file".to_string(), absolute(&dir.join(super::LOCK_FILE))),
+            ]
+        },
     })
 }
 

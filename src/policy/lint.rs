@@ -155,7 +155,9 @@ pub const RULES: &[LintRule] = &[
         severity: Severity::Warning,
         short: "A limit far above its default",
         full: "Limits bound what a runaway or hostile tool can consume; one far above the default lets a single \
-               call exhaust the machine.",
+               call exhaust the machine. The timeout and cpu limits of a tool with neither exec nor plugin \
+               (one that only lends its walls to `warden run`) are not judged: its command line is a person's \
+               own test suite or build.",
         help: "Keep limits near the defaults unless the tool needs more.",
         security_severity: "3.0",
     },
@@ -186,7 +188,9 @@ pub const RULES: &[LintRule] = &[
         severity: Severity::Warning,
         short: "A tool can write warden's own policy, audit log or component cache",
         full: "A write grant that covers the policy file lets a tool approve itself at the next start; one that \
-               covers the audit log or the compiled-component cache lets it rewrite the record or what runs.",
+               covers the audit log or the compiled-component cache lets it rewrite the record or what runs. \
+               Every call protects these files inside its grants, but in best-effort mode a process tool may run \
+               without the mount namespace that holds the protection.",
         help: "Keep the policy, the log (--audit-log) and the cache (WARDEN_CACHE_DIR) outside every write grant, \
                for example by granting a subdirectory of the workspace.",
         security_severity: "7.0",
@@ -304,6 +308,8 @@ struct Linter<'a> {
     findings: Vec<Finding>,
     /// What `Surroundings::hard_links` found under each directory, asked once per directory.
     hard_links: BTreeMap<PathBuf, Option<HardLinks>>,
+    /// `[sandbox] mode = "best-effort"`: protections a host lacks are not enforced.
+    best_effort: bool,
 }
 
 impl Linter<'_> {
@@ -451,7 +457,7 @@ pub struct HardLinks {
 
 /// Lints the policy `text` (named `origin` in findings).
 pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> Vec<Finding> {
-    let mut l = Linter { text, origin, findings: Vec::new(), hard_links: BTreeMap::new() };
+    let mut l = Linter { text, origin, findings: Vec::new(), hard_links: BTreeMap::new(), best_effort: false };
     if let Some(err) = &around.refused {
         for p in &err.problems {
             let r = rule("WL000");
@@ -472,6 +478,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
     if let Some(mode) = &raw.sandbox.mode
         && *mode.get_ref() == SandboxMode::BestEffort
     {
+        l.best_effort = true;
         l.add(
             "WL108",
             mode.span(),
@@ -566,7 +573,11 @@ fn lint_tool(
             l.add("WL101", entry.span(), format!("tool {name}: fs.write {:?} covers {what}", entry.get_ref()));
         }
     }
-    for entry in &t.fs.write {
+    // Every call protects warden's own files inside its write grants (a read-only
+    // bind in its namespace, a refusal in the WASI host); only best-effort mode
+    // may run a process tool without that namespace.
+    let best_effort = l.best_effort;
+    for entry in t.fs.write.iter().filter(|_| best_effort) {
         let Some(p) = expand(entry) else { continue };
         let hit: Vec<String> = around
             .own_files
@@ -730,12 +741,18 @@ fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {
     {
         high(m.span(), format!("limits.memory is {} (default 256MiB)", super::units::format_size(m.get_ref().0)));
     }
+    // A tool with neither exec nor plugin only lends its walls to `warden run`:
+    // the command line is the person's own (a test suite, a build), so long
+    // wall-clock and CPU limits are its nature, not a runaway's allowance.
+    let run_only = t.exec.is_none() && t.plugin.is_none();
     if let Some(d) = &lim.timeout
+        && !run_only
         && d.get_ref().0 > std::time::Duration::from_secs(600)
     {
         high(d.span(), format!("limits.timeout is {} (default 30s)", super::units::format_duration(d.get_ref().0)));
     }
     if let Some(d) = &lim.cpu
+        && !run_only
         && d.get_ref().0 > std::time::Duration::from_secs(600)
     {
         high(d.span(), format!("limits.cpu is {}", super::units::format_duration(d.get_ref().0)));

@@ -127,6 +127,11 @@ pub struct Policy {
     pub profile: Option<Profile>,
     /// `[defaults] max_jobs`: background jobs running at once under `serve`.
     pub max_jobs: usize,
+    /// warden's own files (what each is, absolute path): the policy file and its
+    /// lock, and what the command line adds (the audit log, the component cache).
+    /// Every call protects those inside its write grants, whatever the policy
+    /// says: a tool that rewrote them would set its own walls or record.
+    pub own_files: Vec<(String, PathBuf)>,
 }
 
 impl Policy {

@@ -211,6 +211,7 @@ impl Walls {
         tool: &ToolSpec,
         workspace: &Path,
         writable: &[PathBuf],
+        own: &[(String, PathBuf)],
     ) -> Result<(Walls, Option<CallTmp>), CallError> {
         let g = &tool.grants;
         let needs_tmp = g.paths.iter().any(|p| matches!(p.path, GrantPath::Tmp(_)))
@@ -243,6 +244,7 @@ impl Walls {
             tmp: tmp.as_ref().map(|t| t.path.as_path()),
             expand_globs,
             git_init: g.git_init,
+            own,
         })
         .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
         let mut env = Vec::new();

@@ -61,6 +61,11 @@ pub const AUTO_RUN: &[(&str, &str)] = &[
     (".mise.toml", "mise, activated in the shell, runs its hooks and env scripts on entering the directory"),
     ("mise.local.toml", "mise, activated in the shell, runs its hooks and env scripts on entering the directory"),
     (".mise", "mise, activated in the shell, reads its configuration on entering the directory"),
+    (
+        "warden.toml",
+        "warden started in its directory without --policy loads it as the policy: its tools' walls and tiers",
+    ),
+    ("warden.lock", "warden trusts the plugin and server definitions it pins, beside a policy in its directory"),
 ];
 
 /// Why a name is refused at any depth, if it is.

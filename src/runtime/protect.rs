@@ -226,6 +226,9 @@ pub struct ProtectInput<'a> {
     pub expand_globs: bool,
     /// `fs.git_init`.
     pub git_init: bool,
+    /// warden's own files ([`crate::Policy::own_files`]): protected wherever a
+    /// write grant holds them.
+    pub own: &'a [(String, PathBuf)],
 }
 
 impl Protection {
@@ -250,6 +253,17 @@ impl Protection {
                 }
             }
             out.protect_git(root, &roots, home.as_deref());
+            for (what, path) in input.own {
+                // Compared where it really lies (the file itself may be absent: a lock not yet written).
+                let real = match (path.parent().and_then(|d| d.canonicalize().ok()), path.file_name()) {
+                    (Some(dir), Some(name)) => dir.join(name),
+                    _ => continue,
+                };
+                if real.starts_with(root) && real != **root {
+                    let why = format!("warden's {what}: a tool that changed it would set its own walls or record");
+                    out.protect(root, &real, &why, &roots);
+                }
+            }
         }
         out.rules.retain(|r| !input.unprotect.contains(&r.path));
         // An absent entry whose parent is absent too (`{home}/.config/git` with no
@@ -660,6 +674,7 @@ pub fn preview(tool: &crate::policy::ToolSpec) -> Result<Protection, String> {
         tmp: None,
         expand_globs: false,
         git_init: tool.grants.git_init,
+        own: &[],
     })
 }
 
@@ -840,6 +855,7 @@ mod tests {
             tmp: None,
             expand_globs: true,
             git_init: false,
+            own: &[],
         };
         let p = Protection::for_call(&input).unwrap_or_else(|e| panic!("{e}"));
         let rule = |rel: &str| p.rules.iter().find(|r| r.path == ws.join(rel));
@@ -872,6 +888,7 @@ mod tests {
             tmp: None,
             expand_globs: true,
             git_init: false,
+            own: &[],
         };
         let p = Protection::for_call(&input).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.rules.iter().any(|r| r.path == wt.join(".git") && r.kind == Kind::File), "{:?}", p.rules);

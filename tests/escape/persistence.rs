@@ -345,7 +345,7 @@ fn shell_policy(home: bool, extra: &str) -> String {
     format!(
         "version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
          fs.read = [\"{{system}}\", \"{{workspace}}\"{r}]\nfs.write = [\"{{workspace}}\", \"{{tmp}}\"{w}]\n\
-         env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\nlimits = {{ timeout = \"20s\" }}\n{extra}"
+         env = {{ set = {{ PATH = \"/usr/local/bin:/usr/bin:/bin\", HOME = \"{{tmp}}\" }} }}\nlimits = {{ timeout = \"20s\" }}\n{extra}"
     )
 }
 

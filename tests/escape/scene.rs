@@ -266,7 +266,7 @@ impl Scene {
         format!(
             "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
              fs.read = [{}]\nfs.write = [\"{{workspace}}\", \"{{tmp}}\"]\nnet.connect = [{}]\n\
-             env = {{ pass = [\"PATH\"], set = {{ HOME = \"{{tmp}}\" }} }}\nlimits = {{ {} }}\n",
+             env = {{ set = {{ PATH = \"/usr/local/bin:/usr/bin:/bin\", HOME = \"{{tmp}}\" }} }}\nlimits = {{ {} }}\n",
             quote(&read),
             quote(tool.net),
             tool.limits
@@ -330,6 +330,8 @@ impl Scene {
             .env(CANARY_VAR, &self.secret)
             .env("WARDEN_CACHE_DIR", cache_dir())
             .env("HOME", self.base.join("home"))
+            // The system's programs, whatever the invoking shell had first on PATH (tests/util).
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env_remove("XDG_STATE_HOME")
             .env_remove("XDG_CACHE_HOME")
             .env_remove("RUST_LOG")

@@ -41,6 +41,12 @@ pub(crate) fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("warden-test-cache-{}", nix::unistd::geteuid()))
 }
 
+/// The `PATH` warden runs with in the tests: the system's programs, whatever
+/// the invoking shell had first (a pyenv or cargo directory ahead of
+/// `/usr/bin` is a toolchain a tool's grants do not hold, and warden refuses
+/// such a swap before running; docs/ci.md).
+pub(crate) const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// A distinctive secret that must never appear in any output.
 pub(crate) const SECRET: &str = "TOPSECRET-7f3a9c-do-not-leak";
 
@@ -75,6 +81,7 @@ impl Env {
             .args(args)
             .env("WARDEN_CACHE_DIR", cache_dir())
             .env("HOME", self.root.path())
+            .env("PATH", PATH)
             .env_remove("XDG_STATE_HOME")
             .env_remove("XDG_CACHE_HOME")
             .env_remove("RUST_LOG")

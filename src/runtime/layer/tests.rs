@@ -106,6 +106,7 @@ fn an_opaque_directory_replaces_the_real_one_and_protected_entries_stay() {
         tmp: None,
         expand_globs: true,
         git_init: false,
+        own: &[],
     })
     .unwrap();
     let out = apply(&mut s, &protect, ApplyMode::Move);

@@ -275,6 +275,29 @@ enum Launch {
     Server,
 }
 
+/// Toolchains found or refused, never swapped (issue 32): the program, each
+/// link on its way and its `#!` interpreter inside the grants, and no `PATH`
+/// entry outside them shadowing a program a granted one has. Refused before
+/// anything starts, naming the path and the `fs.read` entry to add.
+fn check_toolchain(tool: &str, program: Option<&str>, walls: &Walls) -> Result<(), CallError> {
+    let granted: Vec<std::path::PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+    let owner = format!("tool {tool}");
+    if let Some(program) = program.map(std::path::Path::new).filter(|p| p.is_absolute())
+        && let Some(why) = program::hint(program, &granted, &owner)
+    {
+        return Err(CallError::new(
+            ErrorCode::ExecutionFailed,
+            format!("{tool}: cannot run {}: {why}", program.display()),
+        ));
+    }
+    if let Some((_, path)) = walls.env.iter().find(|(k, _)| k == "PATH")
+        && let Some(why) = program::path_swap(path, &granted, &owner)
+    {
+        return Err(CallError::new(ErrorCode::ExecutionFailed, format!("{tool}: {why}")));
+    }
+    Ok(())
+}
+
 impl ProcessRuntime {
     /// A runtime spawning `helper` (the `warden` binary) under `mode`.
     pub fn new(helper: Option<PathBuf>, mode: SandboxMode) -> ProcessRuntime {
@@ -636,6 +659,7 @@ impl ProcessRuntime {
         self.check_support(tool)?;
         self.check_paths(tool, walls)?;
         self.check_net(tool, walls)?;
+        check_toolchain(tool, argv.first().map(String::as_str), walls)?;
         let helper = self.helper.as_ref().ok_or_else(|| {
             CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
         })?;

@@ -111,6 +111,77 @@ pub fn unreachable_for(program: &Path, uid: u32, gid: u32) -> Option<(PathBuf, S
     None
 }
 
+/// The most names read from one `PATH` directory outside the grants.
+const MAX_PATH_NAMES: usize = 8192;
+
+/// Whether `path` is a file some user may execute (following links).
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A toolchain swapped in silently (issue 32): the first `PATH` entry that
+/// lies outside the grants and holds a program a later, granted entry holds
+/// too. On the host the name runs the first; in the sandbox the kernel refuses
+/// to execute it there, and a shell goes on down `PATH` to the other (Node 20
+/// instead of setup-node's 22, the system python instead of pyenv's). The call
+/// is refused before it runs, naming the entry, what it shadows and the key.
+/// An entry outside the grants that shadows nothing swaps nothing: its
+/// programs fail to start (126), which the result's hints explain.
+pub fn path_swap(path: &str, granted: &[PathBuf], owner: &str) -> Option<String> {
+    let granted: Vec<PathBuf> = granted.iter().map(|g| g.canonicalize().unwrap_or_else(|_| g.clone())).collect();
+    let covered = |p: &Path| granted.iter().any(|g| p.starts_with(g));
+    let entries: Vec<(&str, PathBuf)> = path
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .filter_map(|d| Path::new(d).canonicalize().ok().map(|real| (d, real)))
+        .collect();
+    for (i, (dir, real)) in entries.iter().enumerate() {
+        if covered(real) {
+            continue;
+        }
+        let later: Vec<&PathBuf> = entries[i + 1..].iter().map(|(_, r)| r).filter(|r| covered(r)).collect();
+        if later.is_empty() {
+            continue;
+        }
+        let Ok(listing) = std::fs::read_dir(real) else { continue };
+        let mut shadowed: Vec<(String, PathBuf)> = Vec::new();
+        for entry in listing.flatten().take(MAX_PATH_NAMES) {
+            let name = entry.file_name();
+            if !executable(&real.join(&name)) {
+                continue;
+            }
+            if let Some(other) = later.iter().map(|l| l.join(&name)).find(|c| executable(c)) {
+                shadowed.push((name.to_string_lossy().into_owned(), other));
+            }
+        }
+        shadowed.sort();
+        let Some((first, other)) = shadowed.first() else { continue };
+        let names: Vec<&str> = shadowed.iter().take(8).map(|(n, _)| n.as_str()).collect();
+        let more = if shadowed.len() > names.len() {
+            format!(" and {} more", shadowed.len() - names.len())
+        } else {
+            String::new()
+        };
+        let root = match real.file_name().and_then(|n| n.to_str()) {
+            Some("bin" | "shims" | "sbin") => real
+                .parent()
+                .map(|p| format!(" (a toolchain's shims and links may need its whole installation, {})", p.display())),
+            _ => None,
+        }
+        .unwrap_or_default();
+        return Some(format!(
+            "PATH entry {dir} is outside every fs.read grant of {owner}, and it holds {}{more}, which a later entry \
+             holds too: inside the sandbox {first} would run {} instead of {dir}/{first}; add \"{}\" to its fs.read{root}, \
+             or take {dir} out of PATH",
+            names.join(", "),
+            other.display(),
+            real.display(),
+        ));
+    }
+    None
+}
+
 /// `warden run`'s program: a path (relative to `cwd`), or a name found on the
 /// tool's `PATH` as a shell would find it. The first match decides: when it
 /// (or a link or interpreter on its way) lies outside the tool's grants, the

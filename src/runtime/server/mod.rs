@@ -53,6 +53,8 @@ pub struct ServerPool {
     workspace: PathBuf,
     /// Where the policy's tools may write ([`crate::Policy::writable_roots`]).
     writable: Arc<[PathBuf]>,
+    /// warden's own files ([`crate::Policy::own_files`]), protected in every start.
+    own: Arc<[(String, PathBuf)]>,
     slots: Mutex<BTreeMap<String, Arc<Mutex<Slot>>>>,
     spawner: Mutex<Sender<Job>>,
 }
@@ -106,6 +108,7 @@ impl ServerPool {
             processes: ProcessRuntime::new(helper, mode),
             workspace,
             writable,
+            own: policy.own_files.clone().into(),
             slots: Mutex::default(),
             spawner: Mutex::new(tx),
         }
@@ -269,10 +272,10 @@ impl ServerPool {
     fn start(&self, spec: &ServerSpec) -> Result<(Live, Vec<ToolDef>), CallError> {
         let (tx, rx) = channel();
         let job_spec = spec.clone();
-        let (workspace, writable) = (self.workspace.clone(), self.writable.clone());
+        let (workspace, writable, own) = (self.workspace.clone(), self.writable.clone(), self.own.clone());
         let processes = self.processes.clone();
         let job: Job = Box::new(move || {
-            let _ = tx.send(start_on_this_thread(&processes, &job_spec, &workspace, &writable));
+            let _ = tx.send(start_on_this_thread(&processes, &job_spec, &workspace, &writable, &own));
         });
         lock(&self.spawner)
             .send(job)
@@ -354,8 +357,9 @@ fn start_on_this_thread(
     spec: &ServerSpec,
     workspace: &std::path::Path,
     writable: &[PathBuf],
+    own: &[(String, PathBuf)],
 ) -> Result<Started, CallError> {
-    let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace, writable)?;
+    let (walls, tmp) = Walls::for_tool(&spec.tool_spec("server"), workspace, writable, own)?;
     let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
     let owner = format!("[servers.{}]", spec.name);
     let program_hint = spec.exec.argv.first().and_then(|p| program::hint(std::path::Path::new(p), &granted, &owner));

@@ -59,6 +59,8 @@ const AUTO_RUN_PLANTS: &[&str] = &[
     "i/.lefthook.yml",
     "j/mise.toml",
     "k/.devcontainer/devcontainer.json",
+    "l/warden.toml",
+    "m/warden.lock",
 ];
 
 /// The workspace of one attack and the judge's places.
