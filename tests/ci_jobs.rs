@@ -169,3 +169,88 @@ fn a_toolchain_outside_the_grants_is_refused_never_swapped() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert_eq!(stdout, "the toolchain python\nran\n", "{stderr}");
 }
+
+/// `AF_UNIX` inside the call (issue 32): multiprocessing's Manager (a socket
+/// under `{tmp}`), a pathname server in the checkout, an abstract name and
+/// datagram pairs, as test suites use them; the record says the call's root
+/// was built from its grants.
+#[test]
+fn unix_sockets_work_between_the_processes_of_one_call() {
+    let env = ci_env();
+    let script = "import multiprocessing as mp, socket, os\n\
+                  with mp.Manager() as m:\n\
+                  \x20   d = m.dict(); d['k'] = 'v'; print('manager', d['k'])\n\
+                  s = socket.socket(socket.AF_UNIX); s.bind('app.sock'); s.listen()\n\
+                  c = socket.socket(socket.AF_UNIX); c.connect('app.sock'); a, _ = s.accept(); c.send(b'hi'); print('path', a.recv(2).decode())\n\
+                  t = socket.socket(socket.AF_UNIX); t.bind(b'\\0warden-test'); t.listen()\n\
+                  u = socket.socket(socket.AF_UNIX); u.connect(b'\\0warden-test'); print('abstract ok')\n\
+                  p, q = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); p.send(b'd'); print('dgram', q.recv(1).decode())\n";
+    let r = run(&env, &["python3", "-c", script], None);
+    if !namespaces(&env) {
+        // Without namespaces the host's tree stays and AF_UNIX is refused: say so.
+        assert_ne!(r.code, 0, "{r:?}");
+        return;
+    }
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.stdout, "manager v\npath hi\nabstract ok\ndgram d\n", "{r:?}");
+    let records = env.audit_records();
+    let record = records.iter().rev().find(|r| r["tool"] == "run").expect("a record");
+    assert_eq!(record["sandbox"]["view"], "grants", "{record}");
+}
+
+/// Whether calls get namespaces here (the last record says).
+fn namespaces(env: &Env) -> bool {
+    let records = env.audit_records();
+    records
+        .iter()
+        .rev()
+        .find(|r| r["tool"] == "run")
+        .is_some_and(|r| r["sandbox"]["namespaces"].as_array().is_some_and(|n| n.iter().any(|x| x == "net")))
+}
+
+/// One call's sockets are unreachable from another's, judged by the listener:
+/// call A listens on a path in the shared checkout and on an abstract name;
+/// call B, running at the same time in the same checkout, finds neither
+/// (its own layer of the checkout, its own network namespace), and A accepts
+/// nothing. A host daemon's socket outside the grants does not exist for B.
+#[test]
+fn a_calls_socket_is_unreachable_from_another_call_and_host_sockets_from_both() {
+    use std::io::{BufRead, BufReader};
+    let env = ci_env();
+    let daemon_path = env.outside.join("daemon.sock");
+    let daemon = std::os::unix::net::UnixListener::bind(&daemon_path).unwrap();
+    daemon.set_nonblocking(true).unwrap();
+    let listener = "import socket, select, sys\n\
+                    s = socket.socket(socket.AF_UNIX); s.bind('a.sock'); s.listen()\n\
+                    t = socket.socket(socket.AF_UNIX); t.bind(b'\\0warden-call-a'); t.listen()\n\
+                    print('ready', flush=True)\n\
+                    r, _, _ = select.select([s, t], [], [], 4)\n\
+                    print('accepted', len(r), flush=True)\n";
+    let mut a = env.command(&["--policy", "ci.toml", "run", "--", "python3", "-c", listener]).spawn().unwrap();
+    let mut lines = BufReader::new(a.stdout.take().unwrap()).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    if first != "ready" {
+        let _ = a.wait();
+        assert!(!namespaces(&env), "call A did not start listening: {first:?}");
+        return;
+    }
+    let prober = format!(
+        "import socket, errno\n\
+         def attempt(name, addr):\n\
+         \x20   try:\n\
+         \x20       socket.socket(socket.AF_UNIX).connect(addr); print(name, 'CONNECTED')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'refused', errno.errorcode.get(e.errno, e.errno))\n\
+         attempt('path', 'a.sock')\n\
+         attempt('abstract', b'\\0warden-call-a')\n\
+         attempt('daemon', {:?})\n",
+        daemon_path.display().to_string()
+    );
+    let b = run(&env, &["python3", "-c", &prober], None);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let _ = a.wait();
+    assert_eq!(b.code, 0, "{b:?}");
+    assert_eq!(b.stdout, "path refused ENOENT\nabstract refused ECONNREFUSED\ndaemon refused ENOENT\n", "{b:?}");
+    assert_eq!(rest, vec!["accepted 0".to_string()], "call A saw a connection");
+    assert!(daemon.accept().is_err(), "the host daemon saw a connection");
+}

@@ -322,6 +322,7 @@ mod protected_paths {
         };
         let walls = Walls {
             dirs: vec![(ws.clone(), true), (ws.join(".git"), true)],
+            links: Vec::new(),
             env: vec![],
             net: vec![],
             allow_private: false,

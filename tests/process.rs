@@ -109,11 +109,11 @@ fn reads_outside_the_grants_are_refused_even_as_root() {
         let r = shell(&env, &format!("cat {}", target.display()));
         let res = result(&r);
         assert_ne!(res["exit_code"], 0, "{target:?}: {r:?}");
-        assert!(res["stderr"].as_str().unwrap().contains("Permission denied"), "{target:?}: {r:?}");
+        assert!(util::refusals(res["stderr"].as_str().unwrap()) > 0, "{target:?}: {r:?}");
         assert!(!r.stdout.contains(SECRET) && !r.stdout.contains("root:"), "{target:?} leaked: {r:?}");
     }
     let r = shell(&env, "ls /root; ls /etc | head -3");
-    assert!(result(&r)["stderr"].as_str().unwrap().contains("Permission denied"), "{r:?}");
+    assert!(util::refusals(result(&r)["stderr"].as_str().unwrap()) > 0, "{r:?}");
 }
 
 #[test]
@@ -132,9 +132,9 @@ fn writes_outside_fs_write_are_refused() {
     );
     let r = shell(&env, &cmd);
     let stderr = result(&r)["stderr"].as_str().unwrap().to_string();
-    // Landlock's EACCES, or the read-only view's EROFS, which answers first for a write.
-    let refused = stderr.matches("Permission denied").count() + stderr.matches("Read-only file system").count();
-    assert!(refused >= 4, "{stderr}");
+    // Landlock's EACCES, the read-only view's EROFS (it answers first for a
+    // write), or ENOENT in a root built from the grants.
+    assert!(util::refusals(&stderr) >= 4, "{stderr}");
     assert!(!outside_new.exists() && !tmp_escape.exists() && !Path::new("/usr/pwned").exists());
     assert_eq!(std::fs::read_to_string(env.outside.join("secret.txt")).unwrap(), SECRET);
     // Inside the workspace, writing works.
@@ -157,7 +157,7 @@ fn links_and_proc_root_do_not_lead_outside() {
     let r = shell_with(&env, &p, &cmd);
     let res = result(&r);
     assert!(!r.stdout.contains(SECRET), "leaked: {r:?}");
-    assert!(res["stderr"].as_str().unwrap().matches("Permission denied").count() >= 3, "{r:?}");
+    assert!(util::refusals(res["stderr"].as_str().unwrap()) >= 3, "{r:?}");
     assert!(!env.ws.join("hard").exists(), "a hardlink to a file outside was created");
 }
 
@@ -294,7 +294,8 @@ fn daemon_sockets_are_unreachable_even_where_landlock_does_not_look() {
         ),
     );
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
-    assert!(out.contains("refused 1") && !out.contains("ESCAPED"), "{out} {r:?}");
+    // EPERM (seccomp, without namespaces) or ENOENT (a root built from the grants).
+    assert!((out.contains("refused 1") || out.contains("refused 2")) && !out.contains("ESCAPED"), "{out} {r:?}");
     assert!(out.contains("pair"), "socketpair should still work: {out} {r:?}");
     assert!(listener.accept().is_err(), "a connection reached the daemon socket");
 }
@@ -393,7 +394,6 @@ fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
          print('chroot', sc(161, 0))\n\
          print('unshare', sc(272, 0x10000000))\n\
          print('clone_newuser', sc(56, 0x10000000 | 17, 0, 0, 0, 0))\n\
-         print('setsid', sc(112))\n\
          print('bpf', sc(321, 0, 0, 0))\n\
          print('tiocsti', sc(16, 0, 0x5412, 0))\n\
          print('tiocsti_high', sc(16, 0, 0x5412 | (1 << 32), 0))\n\
@@ -406,7 +406,6 @@ fn namespaces_mounts_ptrace_io_uring_chroot_and_tiocsti_are_refused() {
         ("chroot", "EPERM"),
         ("unshare", "EPERM"),
         ("clone_newuser", "EPERM"),
-        ("setsid", "EPERM"),
         ("bpf", "EPERM"),
         ("tiocsti", "EPERM"),
         ("tiocsti_high", "EPERM"),

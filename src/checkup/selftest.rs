@@ -86,6 +86,7 @@ impl Scene {
         dirs.extend(extra_read.iter().filter_map(resolve).map(|p| (p, false)));
         Walls {
             dirs,
+            links: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
             allow_private: false,

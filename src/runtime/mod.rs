@@ -152,6 +152,11 @@ pub struct SandboxReport {
     /// the granted ports), `none` (no sockets), or `wasi-host` (components).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress: Option<&'static str>,
+    /// What the tool's file system is: `grants` (a root built from its grants:
+    /// nothing else exists, and `AF_UNIX` sockets are admitted) or `host` (the
+    /// host's tree under Landlock, `AF_UNIX` refused) (processes only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view: Option<&'static str>,
 }
 
 /// What a tool returned.
@@ -174,6 +179,11 @@ pub struct RunOutput {
 pub struct Walls {
     /// Granted paths that exist (directories, and for processes files), with write access or not.
     pub dirs: Vec<(PathBuf, bool)>,
+    /// Granted paths as the policy spells them, where a symbolic link on the
+    /// way (`/etc/localtime`, a merged-`/usr` `/lib64`) makes them differ from
+    /// their canonical form in `dirs`: a call's root built from its grants
+    /// recreates those links.
+    pub links: Vec<PathBuf>,
     /// The whole environment the tool sees.
     pub env: Vec<(String, String)>,
     /// TCP destinations.
@@ -218,6 +228,7 @@ impl Walls {
             || g.env_set.values().any(|v| v.contains("{tmp}"));
         let tmp = if needs_tmp { Some(CallTmp::create()?) } else { None };
         let mut dirs = Vec::new();
+        let mut links = Vec::new();
         for grant in &g.paths {
             let path = match (&grant.path, &tmp) {
                 (GrantPath::Fixed(p), _) => p.clone(),
@@ -231,7 +242,12 @@ impl Walls {
                 (GrantPath::Tmp(_), None) => continue,
             };
             match resolve_grant(&tool.name, &path, writable)? {
-                Some(resolved) => dirs.push((resolved, grant.write)),
+                Some(resolved) => {
+                    if resolved != path {
+                        links.push(path);
+                    }
+                    dirs.push((resolved, grant.write));
+                }
                 None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
             }
         }
@@ -284,6 +300,7 @@ impl Walls {
         }
         let walls = Walls {
             dirs,
+            links,
             env,
             net: g.net.clone(),
             allow_private: g.allow_private,

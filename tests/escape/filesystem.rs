@@ -1,6 +1,12 @@
 //! Filesystem escapes: absolute paths, `..`, symbolic links (also one swapped
 //! during the call), hard links, `/proc/self/root`, `/proc/<warden>/…`,
 //! descriptors, device files, and writes through a read-only grant.
+//!
+//! Where a case expects "Permission denied", a call whose root is built from
+//! its grants (it has namespaces: `sandbox.view = "grants"`) says "No such file
+//! or directory" instead: the host's path, which the scene made, is not there
+//! for the tool at all. Both are refusals ([`REFUSALS`]); the secret never
+//! showing is judged the same way.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -23,10 +29,20 @@ fn c(
     Case { id, class: CLASS, runtime, attempt, expected, heavy: false, run }
 }
 
-/// A process attempt refused with `Permission denied` (at least `n` times), the secret never shown.
+/// How the sandbox says no to a path: Landlock's EACCES, the read-only view's
+/// EROFS (it answers first for a write), or, in a call's root built from its
+/// grants, ENOENT: the host's path (which the scene made, and which exists)
+/// is not there at all.
+pub(crate) const REFUSALS: [&str; 3] = ["Permission denied", "Read-only file system", "No such file or directory"];
+
+/// How many refusals `text` holds.
+pub(crate) fn refusals(text: &str) -> usize {
+    REFUSALS.iter().map(|r| text.matches(r).count()).sum()
+}
+
+/// A process attempt refused (at least `n` times: [`REFUSALS`]), the secret never shown.
 fn refused(s: &Scene, r: &crate::scene::Run, n: usize) -> Observed {
-    // Landlock's EACCES, or the read-only view's EROFS (it answers first for a write).
-    let denials = r.err().matches("Permission denied").count() + r.err().matches("Read-only file system").count();
+    let denials = refusals(&r.err());
     Observed::new(r.success() && denials >= n && !s.leaks(&r.all()), r.brief())
 }
 
@@ -218,7 +234,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 let ws = s.ws("hardlink");
                 let r = s.shell(&ws, SHELL, &format!("ln {} hard; cat hard", s.secret_file.display()));
                 let created = ws.join("hard").exists();
-                let said = r.err().contains("Invalid cross-device link") || r.err().contains("Permission denied");
+                let said = r.err().contains("Invalid cross-device link") || refusals(&r.err()) > 0;
                 Observed::new(
                     r.success() && said && !created && !s.leaks(&r.all()),
                     format!("{}; link created: {created}", r.brief()),
@@ -437,9 +453,11 @@ pub(crate) fn cases() -> Vec<Case> {
                     &format!("for d in {}; do echo \"$d $(head -c 16 $d | wc -c)\"; done", devs.join(" ")),
                 );
                 let zero = r.out().lines().count() == devs.len() && r.out().lines().all(|l| l.ends_with(" 0"));
-                let denied = r.err().matches("Permission denied").count();
+                // Each device that exists refused (in a root built from the
+                // grants none of them is there: No such file for all).
+                let denied = refusals(&r.err());
                 Observed::new(
-                    r.success() && zero && denied == existing,
+                    r.success() && zero && denied == devs.len(),
                     format!("{} of {} devices exist on this host; {}", existing, devs.len(), r.brief()),
                 )
             },
@@ -1023,7 +1041,7 @@ fn dev_kmsg(s: &Scene) -> Observed {
     let ws = s.ws("kmsg");
     let marker = format!("warden-escape-kmsg-{}", std::process::id());
     let r = s.shell(&ws, SHELL, &format!("echo {marker} > /dev/kmsg; echo done"));
-    let refused = r.err().contains("Permission denied");
+    let refused = refusals(&r.err()) > 0;
     match kernel_log() {
         Some(log) => {
             let found = log.contains(&marker);

@@ -1703,7 +1703,8 @@ pub(crate) fn cases() -> Vec<Case> {
             "net-unix-abstract/process",
             "process",
             "connect to an abstract unix socket that a host daemon listens on",
-            "socket(AF_UNIX) refused with EPERM; the daemon sees no connection",
+            "in the call's network namespace abstract names are its own: ECONNREFUSED; without one socket(AF_UNIX) \
+             is EPERM; the daemon sees no connection",
             |s| {
                 use std::os::linux::net::SocketAddrExt;
                 let name = format!("warden-escape-{}", std::process::id());
@@ -1718,14 +1719,15 @@ pub(crate) fn cases() -> Vec<Case> {
                         "attempt('abstract', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect('\\0{name}'))\n"
                     ),
                 );
-                judged(&r, "EPERM", 1, unix_arrived(&l))
+                judged(&r, if netns(s) { "ECONNREFUSED" } else { "EPERM" }, 1, unix_arrived(&l))
             },
         ),
         c(
             "net-unix-path/process",
             "process",
             "connect to a pathname unix socket outside every grant (like /run/docker.sock); also /dev/log",
-            "EPERM (Landlock would not look at connect(); seccomp refuses the socket); nothing arrives",
+            "in the call's root built from its grants the path does not exist: ENOENT; without one (no namespaces) \
+             seccomp refuses the socket, EPERM (Landlock does not look at connect()); nothing arrives",
             |s| {
                 let path = s.side_dir("daemon").join("daemon.sock");
                 let l = UnixListener::bind(&path).unwrap();
@@ -1740,7 +1742,7 @@ pub(crate) fn cases() -> Vec<Case> {
                         path.display().to_string()
                     ),
                 );
-                judged(&r, "EPERM", 2, unix_arrived(&l))
+                judged(&r, if netns(s) { "ENOENT" } else { "EPERM" }, 2, unix_arrived(&l))
             },
         ),
         c(
@@ -1766,7 +1768,7 @@ pub(crate) fn cases() -> Vec<Case> {
             "net-unix-granted/process",
             "process",
             "with a network grant, connect to a host daemon's pathname unix socket",
-            "EPERM: a grant admits AF_INET and AF_INET6 only",
+            "ENOENT: the call's root holds only its grants (without namespaces a grant is unavailable)",
             |s| {
                 let a = Tcp::new();
                 let path = s.side_dir("daemon").join("daemon.sock");
@@ -1781,7 +1783,7 @@ pub(crate) fn cases() -> Vec<Case> {
                         path.display().to_string()
                     ),
                 );
-                judged_granted(s, &r, "EPERM", 1, unix_arrived(&l))
+                judged_granted(s, &r, "ENOENT", 1, unix_arrived(&l))
             },
         ),
         c(
@@ -1856,7 +1858,9 @@ pub(crate) fn cases() -> Vec<Case> {
             "a datagram socketpair (no grant needed; SOCK_DGRAM, and SOCK_RAW, which AF_UNIX turns into a datagram \
              pair), then sendto a host daemon's pathname datagram socket from one end (a stream pair cannot: it is \
              connected to itself)",
-            "socketpair(AF_UNIX, SOCK_DGRAM | SOCK_RAW) refused with EPERM (seccomp); nothing arrives at the daemon",
+            "in the call's root built from its grants the pairs are made but the daemon's path does not exist \
+             (ENOENT); without namespaces socketpair(AF_UNIX, SOCK_DGRAM | SOCK_RAW) is EPERM (seccomp); nothing \
+             arrives at the daemon",
             |s| {
                 let path = s.side_dir("dgram").join("daemon.sock");
                 let d = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
@@ -1881,9 +1885,10 @@ pub(crate) fn cases() -> Vec<Case> {
                 }
                 // A stream pair ignores the destination (the datagram goes to its peer), which is harmless.
                 let out = r.out();
+                let errno = if netns(s) { "ENOENT" } else { "EPERM" };
                 let ok = r.success()
-                    && out.contains("dgram_pair refused EPERM")
-                    && out.contains("raw_pair refused EPERM")
+                    && out.contains(&format!("dgram_pair refused {errno}"))
+                    && out.contains(&format!("raw_pair refused {errno}"))
                     && arrived == 0;
                 Observed::new(ok, format!("{}; arrived at the daemon: {arrived}", r.brief()))
             },

@@ -79,7 +79,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 let ws = s.ws("auto-cat");
                 let cmd = format!("cat {}", s.secret_file.display());
                 let r = s.warden(&ws, &["call", "shell", &json!({ "command": cmd }).to_string()], None, None);
-                Observed::new(r.success() && r.err().contains("Permission denied") && !s.leaks(&r.all()), r.brief())
+                Observed::new(r.success() && crate::filesystem::refusals(&r.err()) > 0 && !s.leaks(&r.all()), r.brief())
             },
         ),
         c(

@@ -232,8 +232,10 @@ pub(crate) fn cases() -> Vec<Case> {
                 let ws = s.ws("owner");
                 std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
                 let r = s.shell(&ws, SHELL, &format!("id -u; cat {}", s.secret_file.display()));
-                let ok =
-                    r.success() && r.out() == "65534\n" && r.err().contains("Permission denied") && !s.leaks(&r.all());
+                let ok = r.success()
+                    && r.out() == "65534\n"
+                    && crate::filesystem::refusals(&r.err()) > 0
+                    && !s.leaks(&r.all());
                 Observed::new(ok, r.brief())
             },
         ),
@@ -525,8 +527,7 @@ pub(crate) fn cases() -> Vec<Case> {
                     })
                     .collect();
                 let r = s.shell(&ws, SHELL, &cmd.join("; "));
-                let denied =
-                    r.err().matches("Permission denied").count() + r.err().matches("Read-only file system").count();
+                let denied = crate::filesystem::refusals(&r.err());
                 Observed::new(r.success() && denied == files.len() && !r.out().contains("MOVED"), r.brief())
             },
         ),

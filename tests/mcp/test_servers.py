@@ -116,7 +116,8 @@ def test_a_server_tool_cannot_read_ssh_keys_or_open_a_socket(notes):
     assert doc["result"]["content"][0]["text"] == "hello from the workspace\n", doc
     doc, _ = call(notes, "notes__read_path", {"path": "~/.ssh/id_ed25519"})
     said = doc["result"]["content"][0]["text"]
-    assert said.startswith("refused: PermissionError"), said
+    # Landlock's EACCES, or ENOENT where the server's root is built from its grants.
+    assert said.startswith(("refused: PermissionError", "refused: FileNotFoundError")), said
     assert "PRIVATE KEY" not in json.dumps(doc)
 
     listener = socket.socket()

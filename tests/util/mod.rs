@@ -45,6 +45,17 @@ pub(crate) fn cache_dir() -> PathBuf {
 /// the invoking shell had first (a pyenv or cargo directory ahead of
 /// `/usr/bin` is a toolchain a tool's grants do not hold, and warden refuses
 /// such a swap before running; docs/ci.md).
+/// How many times `text` says the sandbox refused a path: Landlock's EACCES,
+/// the read-only view's EROFS, or ENOENT where the call's root is built from
+/// its grants (the host's path, which the test made, is not there at all).
+#[allow(dead_code)]
+pub(crate) fn refusals(text: &str) -> usize {
+    ["Permission denied", "Read-only file system", "No such file or directory"]
+        .iter()
+        .map(|r| text.matches(r).count())
+        .sum()
+}
+
 pub(crate) const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// A distinctive secret that must never appear in any output.

@@ -315,6 +315,29 @@ fn confine(
         mounts::keep_writable(&spec.write)?;
     }
 
+    // 4h. The call's root built from its grants (with its own /proc and the
+    // call's network namespace): what no grant names does not exist, so an
+    // AF_UNIX path reaches only the call's own sockets and its grants'.
+    if r.view_read_only && r.proc_private && netns {
+        let mut grants: Vec<std::path::PathBuf> = spec.read.iter().chain(&spec.write).cloned().collect();
+        grants.push("/proc".into());
+        if r.shm_private {
+            grants.push("/dev/shm".into());
+        }
+        if let Some(q) = spec.tmp_quota.as_ref().filter(|_| r.tmp_quota) {
+            grants.push(q.path.clone());
+        }
+        let mut spelled: Vec<std::path::PathBuf> = spec.links.clone();
+        spelled.push(spec.cwd.clone());
+        spelled.extend(spec.argv.first().map(std::path::PathBuf::from));
+        match mounts::grant_view(&grants, &spelled, &spec.cwd) {
+            Ok(built) => r.grant_view = built,
+            // Nothing changed: the host's tree stays, under Landlock, and AF_UNIX stays refused.
+            Err(mounts::ViewError::NotBuilt(e)) => r.grant_view_error = Some(e),
+            Err(mounts::ViewError::Broken(e)) => return Err(e),
+        }
+    }
+
     // 5. rlimits, and the OOM killer's first choice: the tool, never warden.
     let mut rlimits = spec.limits;
     if userns {
@@ -410,6 +433,7 @@ fn confine(
         inotify: spec.inotify,
         pid_namespace: in_ns,
         network_namespace: netns,
+        unix: r.grant_view && netns,
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

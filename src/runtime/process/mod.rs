@@ -757,6 +757,7 @@ impl ProcessRuntime {
             cwd: cwd.to_path_buf(),
             read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
             write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
+            links: walls.links.clone(),
             // With a network namespace the proxy is the way out; without one
             // (best-effort mode) Landlock's ports are all there is.
             net_ports: if walls.net.is_empty() || ns { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
@@ -932,6 +933,10 @@ impl ProcessRuntime {
         confirmed.namespaces = report.namespaces.iter().filter_map(|n| namespace_name(n)).collect();
         confirmed.proc = Some(if report.proc_private { "private" } else { "host" });
         confirmed.metadata = Some(metadata_kind(report.view_read_only, report.uid == 0));
+        confirmed.view = Some(if report.grant_view { "grants" } else { "host" });
+        if let Some(why) = &report.grant_view_error {
+            tracing::warn!(workspace = %walls.workspace.display(), "the call's root was not built from its grants ({why}): AF_UNIX stays refused");
+        }
         confirmed.egress = Some(egress_kind(report.net_namespace, !walls.net.is_empty()));
         confirmed.paths =
             (!walls.protect.rules.is_empty()).then_some(if report.paths_masked { "mount-namespace" } else { "none" });
@@ -978,6 +983,7 @@ impl ProcessRuntime {
             proc: Some(if ns { "private" } else { "host" }),
             metadata: Some(metadata_kind(ns, self.support.root)),
             egress: Some(egress_kind(ns, !walls.net.is_empty())),
+            view: Some(if ns { "grants" } else { "host" }),
         }
     }
 }

@@ -311,3 +311,181 @@ impl MaskSource {
         let _ = nix::mount::umount2(&self.at, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// The links of the call's `/dev` (what bash, `cat /dev/stdin` and
+/// `<(process substitution)` spell): each into the call's own `/proc`.
+const DEV_LINKS: &[(&str, &str)] = &[
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+/// The most links followed while recreating one spelled path.
+const MAX_LINKS: usize = 40;
+/// The root's own tmpfs: directories, empty mount points and links only.
+const VIEW_TMPFS: &str = "size=1m,nr_inodes=16384,mode=0755";
+
+/// The call's root built from its grants (issue 32): a tmpfs holding only
+/// the granted paths, each bound (with everything mounted beneath it: its
+/// layer, its protected and denied paths) at its canonical place, the links
+/// through which a grant, the working directory or the program is spelled
+/// recreated on the way, `/proc` and `/dev/shm` of the call's own and
+/// `/dev/fd` and `/dev/std*`; then `pivot_root` into it, the old root
+/// detached, and the tmpfs made read-only. What no grant names does not
+/// exist for the tool: not a file, not a directory, not a socket. This is what
+/// lets `AF_UNIX` sockets inside the call: a path reaches only the call's own
+/// sockets and those of its grants.
+///
+/// `Ok(false)`: no view was built and nothing changed (a grant is `/`, the
+/// call has no private `/proc`, or the working directory lies outside every
+/// grant); the host's tree stays, under Landlock, and `AF_UNIX` stays refused.
+pub fn grant_view(grants: &[PathBuf], spelled: &[PathBuf], cwd: &Path) -> Result<bool, ViewError> {
+    use ViewError::NotBuilt;
+    let mut kept: Vec<PathBuf> = Vec::new();
+    let mut candidates: Vec<PathBuf> = grants.iter().filter_map(|g| g.canonicalize().ok()).collect();
+    candidates.sort_by_key(|p| p.components().count());
+    for c in candidates {
+        if c == Path::new("/") {
+            return Ok(false);
+        }
+        if !kept.iter().any(|k| c.starts_with(k)) {
+            kept.push(c);
+        }
+    }
+    let covered = |p: &Path| kept.iter().any(|k| p.starts_with(k));
+    if !cwd.canonicalize().is_ok_and(|c| covered(&c)) {
+        return Ok(false);
+    }
+    let at = STAGING
+        .iter()
+        .map(Path::new)
+        .find(|p| !kept.iter().any(|k| k.starts_with(p) || p.starts_with(k)) && open_path(p, true).is_ok())
+        .ok_or_else(|| NotBuilt("no directory to build the call's root on".into()))?
+        .to_path_buf();
+    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let stage = open_path(&at, true).map_err(|e| NotBuilt(format!("cannot open {}: {e}", at.display())))?;
+    nix::mount::mount(Some("tmpfs"), fd_path(&stage).as_str(), Some("tmpfs"), hard, Some(VIEW_TMPFS))
+        .map_err(|e| NotBuilt(format!("cannot mount the call's root on {}: {e}", at.display())))?;
+    drop(stage);
+    let built = build_view(&at, &kept, spelled).and_then(|()| {
+        std::env::set_current_dir(&at).map_err(|e| format!("cannot enter the call's root {}: {e}", at.display()))?;
+        nix::unistd::pivot_root(".", ".").map_err(|e| format!("cannot pivot into the call's root: pivot_root: {e}"))
+    });
+    if let Err(e) = built {
+        let _ = nix::mount::umount2(&at, nix::mount::MntFlags::MNT_DETACH);
+        return Err(NotBuilt(e));
+    }
+    enter_view().map_err(ViewError::Broken)?;
+    Ok(true)
+}
+
+/// Why [`grant_view`] did not build the call's root.
+#[derive(Debug)]
+pub enum ViewError {
+    /// Nothing changed: the host's tree stays.
+    NotBuilt(String),
+    /// The root was pivoted but the view is not whole: the call cannot go on.
+    Broken(String),
+}
+
+/// Fills the staged root at `at`: mount points and binds for `kept`
+/// (canonical, none beneath another), the links on the way to each of
+/// `spelled`, the top-level links and `/dev`'s.
+fn build_view(at: &Path, kept: &[PathBuf], spelled: &[PathBuf]) -> Result<(), String> {
+    let inside = |p: &Path| at.join(p.strip_prefix("/").unwrap_or(p));
+    let mkdirs = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
+    for k in kept {
+        let dir = k.is_dir();
+        let source = open_path(k, dir).map_err(|e| format!("cannot open the grant {}: {e}", k.display()))?;
+        let target = inside(k);
+        if dir {
+            mkdirs(&target)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                mkdirs(parent)?;
+            }
+            std::fs::File::create(&target).map_err(|e| format!("cannot create {}: {e}", target.display()))?;
+        }
+        let target_fd = open_path(&target, dir).map_err(|e| format!("cannot open {}: {e}", target.display()))?;
+        bind(&source, &target_fd, true)
+            .map_err(|e| format!("cannot bind the grant {} into the call's root: {e}", k.display()))?;
+    }
+    let covered = |p: &Path| kept.iter().any(|k| p.starts_with(k));
+    // The links directly under / (merged /usr: `/bin` → `usr/bin`, `/lib64` →
+    // `usr/lib64`, through which ELF interpreters and `#!` lines are spelled):
+    // they point, and grant nothing. Then the links on each spelled path.
+    let mut work: Vec<(PathBuf, usize)> = std::fs::read_dir("/")
+        .map_err(|e| format!("cannot list /: {e}"))?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+        .map(|e| (e.path(), 0))
+        .collect();
+    work.extend(spelled.iter().map(|p| (p.clone(), 0)));
+    while let Some((path, links)) = work.pop() {
+        if links > MAX_LINKS || !path.is_absolute() {
+            continue;
+        }
+        let mut cur = PathBuf::from("/");
+        let mut parts = path.components().skip(1).peekable();
+        while let Some(part) = parts.next() {
+            // `cur` holds no link, so `..` is its parent.
+            match part {
+                std::path::Component::ParentDir => {
+                    cur.pop();
+                    continue;
+                }
+                std::path::Component::CurDir => continue,
+                _ => {}
+            }
+            let next = cur.join(part);
+            if covered(&next) {
+                break;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&next) else { break };
+            let place = inside(&next);
+            if meta.file_type().is_symlink() {
+                let target =
+                    std::fs::read_link(&next).map_err(|e| format!("cannot read the link {}: {e}", next.display()))?;
+                if std::fs::symlink_metadata(&place).is_err() {
+                    std::os::unix::fs::symlink(&target, &place)
+                        .map_err(|e| format!("cannot recreate the link {}: {e}", next.display()))?;
+                }
+                // Go on from where the link leads, with the rest of the path.
+                let mut rest = cur.join(&target);
+                rest.extend(parts);
+                work.push((rest, links + 1));
+                break;
+            }
+            if !meta.is_dir() {
+                break;
+            }
+            if std::fs::symlink_metadata(&place).is_err() {
+                std::fs::create_dir(&place).map_err(|e| format!("cannot create {}: {e}", place.display()))?;
+            }
+            cur = next;
+        }
+    }
+    let dev = inside(Path::new("/dev"));
+    if !covered(Path::new("/dev")) {
+        mkdirs(&dev)?;
+        for (name, target) in DEV_LINKS {
+            let place = dev.join(name);
+            if std::fs::symlink_metadata(&place).is_err() {
+                std::os::unix::fs::symlink(target, &place)
+                    .map_err(|e| format!("cannot create {}: {e}", place.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After `pivot_root(".", ".")` into the staged root: the old root stacked
+/// on it is detached (nothing of it stays reachable), and the new one made
+/// read-only.
+fn enter_view() -> Result<(), String> {
+    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH)
+        .map_err(|e| format!("cannot detach the host's root from the call's: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("cannot enter the call's root: {e}"))?;
+    let root = open_path(Path::new("/"), true).map_err(|e| format!("cannot open the call's root: {e}"))?;
+    set_attr(&root, MOUNT_ATTR_RDONLY, 0, false).map_err(|e| format!("cannot make the call's root read-only: {e}"))
+}

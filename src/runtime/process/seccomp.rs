@@ -20,7 +20,9 @@
 //! * `EPERM`: namespaces (`unshare`, `setns`, `clone` with namespace flags),
 //!   mounts, `ptrace`, `process_vm_*`, `bpf`, `perf_event_open`, `userfaultfd`,
 //!   keyrings, kexec, modules, handles, `reboot`, swap, `acct`, `personality`,
-//!   `setsid`/`setpgid` (so no descendant leaves the process group the host kills),
+//!   `setsid`/`setpgid` without a pid namespace of the call's own (so no
+//!   descendant leaves the process group the host kills; with one, the
+//!   namespace ends with its init, and they are admitted),
 //!   and `ioctl` `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits.
 //! * `EPERM` for signals aimed at the host: `kill` of the host's pid, of its
 //!   process group or of every process (`-1`), `tkill`/`tgkill`/`rt_*sigqueueinfo`
@@ -242,6 +244,10 @@ pub struct Target {
     /// warden's proxy): IP stream and datagram sockets, `bind` and `listen`
     /// are admitted, since nothing they reach leaves the namespace.
     pub network_namespace: bool,
+    /// The call's root is built from its grants and it has a network namespace
+    /// of its own: `AF_UNIX` sockets are admitted (a path reaches only the
+    /// call's own sockets and its grants'; abstract names are the namespace's).
+    pub unix: bool,
 }
 
 /// The metadata calls refused to a tool running as uid 0.
@@ -281,6 +287,13 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     let enosys: BTreeMap<i64, Vec<SeccompRule>> = ENOSYS_CALLS.iter().map(|&n| (n, vec![])).collect();
 
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = EPERM_CALLS.iter().map(|&n| (n, vec![])).collect();
+    if target.pid_namespace {
+        // The call's pid namespace ends with its init, which the host's kill
+        // of the process group reaches: a new session inside (git's detached
+        // maintenance, a test's daemon) cannot outlive the call.
+        eperm.remove(&libc::SYS_setsid);
+        eperm.remove(&libc::SYS_setpgid);
+    }
     if !netns {
         // listen auto-binds an unbound socket to an ephemeral port on every
         // address of the host's network.
@@ -308,7 +321,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     let unix = libc::AF_UNIX as u64;
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
     let socket_rules = if net {
-        let mut rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?])?];
+        let mut other_family = vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?];
+        if target.unix {
+            other_family.push(cond(0, Len::Dword, Op::Ne, unix)?);
+        }
+        let mut rules = vec![rule(other_family)?];
         let mut protocols = vec![0, libc::IPPROTO_TCP as u64];
         // Every socket type but a stream (and a datagram, when UDP is allowed);
         // the low four bits, so SOCK_NONBLOCK and SOCK_CLOEXEC do not matter.
@@ -341,14 +358,14 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     // datagram pair is refused too: either end may still `sendto` (or
     // `connect` again) any unix datagram socket the uid can write, by path; and
     // so is `SOCK_RAW`, which `AF_UNIX` quietly turns into `SOCK_DGRAM`.
-    eperm.insert(
-        libc::SYS_socketpair,
-        vec![
-            rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?,
-            rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?,
-            rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?])?,
-        ],
-    );
+    // With the call's own root and network namespace, a datagram pair reaches
+    // nothing a path or an abstract name outside the call names.
+    let mut pair_rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?];
+    if !target.unix {
+        pair_rules.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?);
+        pair_rules.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?])?);
+    }
+    eperm.insert(libc::SYS_socketpair, pair_rules);
     // bind: Landlock allows TCP on no port, and nothing else may bind either: a
     // socketpair end could take an abstract name a host daemon binds later, and
     // a UDP socket (beside a grant that names a host) a port. A UDP client needs
@@ -457,6 +474,7 @@ mod tests {
                 inotify: net,
                 pid_namespace: net,
                 network_namespace: udp,
+                unix: udp && uid0,
             };
             let filters = build(target).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(filters.len(), 3);

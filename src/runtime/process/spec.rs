@@ -26,6 +26,10 @@ pub struct SandboxSpec {
     pub read: Vec<PathBuf>,
     /// Paths readable, writable and executable.
     pub write: Vec<PathBuf>,
+    /// Grants as spelled where a link makes them differ from `read`/`write`
+    /// ([`crate::runtime::Walls::links`]).
+    #[serde(default)]
+    pub links: Vec<PathBuf>,
     /// TCP ports `connect` may reach, without a network namespace (best-effort
     /// mode); `socket()` is refused for every family when `None` and the call
     /// has no network namespace.
@@ -201,6 +205,14 @@ pub struct HelperReport {
     /// by the view, at every uid.
     #[serde(default)]
     pub view_read_only: bool,
+    /// The call's root was built from its grants ([`super::mounts::grant_view`]):
+    /// nothing else exists for the tool, and `AF_UNIX` sockets are admitted.
+    #[serde(default)]
+    pub grant_view: bool,
+    /// Why the call's root could not be built from its grants (the call went
+    /// on in the host's tree, without `AF_UNIX`).
+    #[serde(default)]
+    pub grant_view_error: Option<String>,
     /// The call has a network namespace of its own (only loopback; the proxy
     /// its one way out).
     #[serde(default)]

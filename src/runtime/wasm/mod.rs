@@ -434,6 +434,7 @@ impl ComponentRuntime {
             })?;
         let walls = Walls {
             dirs: Vec::new(),
+            links: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
             allow_private: false,
@@ -701,6 +702,7 @@ impl ComponentRuntime {
             namespaces: Vec::new(),
             proc: None,
             metadata: None,
+            view: None,
             egress: (!walls.net.is_empty()).then_some("wasi-host"),
         }
     }
@@ -1054,6 +1056,7 @@ mod tests {
         };
         Walls {
             dirs: vec![],
+            links: Vec::new(),
             env: vec![],
             net: vec![],
             allow_private: false,
