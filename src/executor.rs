@@ -776,6 +776,21 @@ impl Executor {
         let mut value = value;
         if let (Some(network), Some(fields)) = (&trace.network, value.as_object_mut()) {
             fields.insert("network".into(), crate::egress::journal::summary(network));
+            // A failed call that was refused a destination: the grant to add, once.
+            let failed = fields.get("exit_code").is_some_and(|c| c != 0);
+            let refused = crate::runtime::hints::from_network(&spec.name, network);
+            if failed && !refused.is_empty() {
+                let mut hints: Vec<Value> = refused.into_iter().map(Value::from).collect();
+                if let Some(Value::Array(more)) = fields.remove("hints") {
+                    for h in more {
+                        if !hints.contains(&h) {
+                            hints.push(h);
+                        }
+                    }
+                }
+                hints.truncate(crate::runtime::hints::MAX_HINTS);
+                fields.insert("hints".into(), Value::Array(hints));
+            }
         }
         let max = usize::try_from(spec.limits.max_output).unwrap_or(usize::MAX);
         let (value, cut) = if blocks {

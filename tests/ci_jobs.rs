@@ -254,3 +254,46 @@ fn a_calls_socket_is_unreachable_from_another_call_and_host_sockets_from_both() 
     assert_eq!(rest, vec!["accepted 0".to_string()], "call A saw a connection");
     assert!(daemon.accept().is_err(), "the host daemon saw a connection");
 }
+
+/// Hints at the wall (issue 32): a run that failed after the sandbox refused
+/// a path outside its grants, a program not on its PATH and a name it cannot
+/// resolve ends with one line each on stderr naming the key and the value;
+/// `call --stream` prints the same once and keeps them in the result's `hints`.
+#[test]
+fn a_refusal_ends_with_hints_naming_the_key_once() {
+    let env = ci_env();
+    let script = "cat /opt/warden-absent/tool.conf; cat /opt/warden-absent/tool.conf; no-such-runner-here; \
+                  python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\"; exit 3";
+    let r = run(&env, &["sh", "-c", script], None);
+    assert_eq!(r.code, 3, "{r:?}");
+    let hints: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("warden: run: hint: ")).collect();
+    assert_eq!(hints.len(), 3, "{r:?}");
+    assert!(
+        hints[0].contains("/opt/warden-absent/tool.conf is outside every grant of run") && hints[0].contains("fs.read")
+    );
+    assert!(hints[1].contains("no-such-runner-here is not on the PATH of run"), "{hints:?}");
+    if namespaces(&env) {
+        assert!(hints[2].contains("run has no network grant") && hints[2].contains("net.connect"), "{hints:?}");
+    }
+    // The program's own stderr came first, whole.
+    assert!(r.stderr.find("tool.conf: No such file").unwrap() < r.stderr.find("warden: run: hint").unwrap(), "{r:?}");
+
+    env.write(
+        "shell.toml",
+        "version = 1\n\n[tools.sh]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\nenv = { set = { PATH = \"/usr/bin:/bin\" } }\n",
+    );
+    let r = env.run(&[
+        "--policy",
+        "shell.toml",
+        "call",
+        "--stream",
+        "sh",
+        r#"{"command":"cat /opt/warden-absent/x; exit 1"}"#,
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let hints = doc["result"]["hints"].as_array().unwrap();
+    assert_eq!(hints.len(), 1, "{doc}");
+    assert!(hints[0].as_str().unwrap().starts_with("/opt/warden-absent/x is outside every grant of sh"), "{doc}");
+    assert_eq!(r.stderr.matches("warden: sh: hint: /opt/warden-absent/x").count(), 1, "{r:?}");
+}

@@ -95,6 +95,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             };
             let response = executor.call_with(ToolCall::new(tool.clone(), args), &hooks);
             console.finish();
+            if *stream {
+                print_hints(tool, &response);
+            }
             print_json(&response.to_json());
             Ok(if *exit_status {
                 echo::program_status(&response).unwrap_or(response.exit_code())
@@ -940,6 +943,15 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
     }
 }
 
+/// The result's hints (what to add to the policy after a refusal), once each,
+/// on stderr: the end of a CI step's log, where a person looks.
+fn print_hints(tool: &str, response: &crate::CallResponse) {
+    let hints = response.result.as_ref().and_then(|r| r.get("hints")).and_then(Value::as_array);
+    for hint in hints.into_iter().flatten().filter_map(Value::as_str) {
+        eprintln!("warden: {tool}: hint: {}", crate::shape::sanitize_str(hint));
+    }
+}
+
 /// `warden run [--tool NAME] -- CMD …`: the command line under the tool's
 /// walls, warden's stdio passed through; exits with the program's status, or
 /// warden's code (and a line on stderr) when it refused or could not run it.
@@ -981,6 +993,7 @@ fn run_command(cli: &Cli, tool: &str, command: &[String]) -> Result<u8, Failure>
             eprintln!("warden: {tool}: not applied: {} more (the audit record lists them)", more - shown);
         }
     }
+    print_hints(tool, &response);
     if let Some(code) = echo::program_status(&response) {
         return Ok(code);
     }

@@ -6,6 +6,7 @@
 //! Nothing here decides whether a call may run; the executor did that already.
 
 pub mod capture;
+pub mod hints;
 pub mod layer;
 pub mod persist;
 pub mod process;

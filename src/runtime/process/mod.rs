@@ -267,8 +267,9 @@ enum Launch {
     Call {
         /// The write end of the call's progress pipe.
         progress: std::os::fd::OwnedFd,
-        /// `warden run`: the program gets warden's own stdin, stdout and
-        /// stderr (a terminal, or a CI log), not pipes.
+        /// `warden run`: the program gets warden's own stdin and stdout, and
+        /// its stderr when that is a terminal (otherwise a pipe copied to it
+        /// as it comes, whose tail the hints are read from).
         inherit: bool,
     },
     /// A long-running MCP server: the helper socket becomes its stdin.
@@ -430,7 +431,16 @@ impl ProcessRuntime {
         })?;
         let mut argv = argv.to_vec();
         argv[0] = program::locate(tool, program, &exec.cwd, walls)?;
-        self.execute(tool, argv, exec, walls, tmp, cancel, None, None, true)
+        // A terminal is the program's own; a CI log gets the bytes as they come
+        // through a pipe, whose tail the result's hints are read from.
+        let raw: OutputTap = Arc::new(|stream, bytes: &[u8]| {
+            if matches!(stream, crate::runtime::Stream::Stderr) {
+                use std::io::Write as _;
+                let _ = std::io::stderr().write_all(bytes);
+            }
+        });
+        let tap = (!std::io::IsTerminal::is_terminal(&std::io::stderr())).then_some(&raw);
+        self.execute(tool, argv, exec, walls, tmp, cancel, tap, None, true)
     }
 
     /// Runs `argv` in the sandbox: the body of [`ProcessRuntime::call`] and
@@ -626,6 +636,18 @@ impl ProcessRuntime {
             if let Some(hint) = protected_hint(walls, exit_code, &stderr_tail) {
                 value["protected"] = json!(hint);
             }
+            if exit_code != Some(0) {
+                let grants = crate::runtime::hints::Grants {
+                    tool,
+                    dirs: &walls.dirs,
+                    links: &walls.links,
+                    net: !walls.net.is_empty(),
+                };
+                let hints = crate::runtime::hints::from_stderr(&grants, &String::from_utf8_lossy(&stderr_tail));
+                if !hints.is_empty() {
+                    value["hints"] = json!(hints);
+                }
+            }
             if let Some(layer) = applied.as_ref().and_then(|a| a.to_json(20, &walls.workspace)) {
                 value["layer"] = layer;
             }
@@ -810,7 +832,11 @@ impl ProcessRuntime {
             .env_clear()
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
             .stdout(if inherit { Stdio::inherit() } else { Stdio::piped() })
-            .stderr(if inherit { Stdio::inherit() } else { Stdio::piped() })
+            .stderr(if inherit && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            })
             .spawn()
             .map_err(|e| {
                 CallError::new(
