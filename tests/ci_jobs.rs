@@ -297,3 +297,129 @@ fn a_refusal_ends_with_hints_naming_the_key_once() {
     assert!(hints[0].as_str().unwrap().starts_with("/opt/warden-absent/x is outside every grant of sh"), "{doc}");
     assert_eq!(r.stderr.matches("warden: sh: hint: /opt/warden-absent/x").count(), 1, "{r:?}");
 }
+
+/// A wheel built by hand (pip needs no build backend and no index for it):
+/// package `hello_pkg` with a console script `hello-pkg`; zipped by the
+/// host's Python.
+fn write_wheel(path: &Path) {
+    let script = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "hello_pkg/__init__.py": "def main():\n    print('hello from the wheel')\n",
+    "hello_pkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hello-pkg\nVersion: 1.0\n",
+    "hello_pkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    "hello_pkg-1.0.dist-info/entry_points.txt": "[console_scripts]\nhello-pkg = hello_pkg:main\n",
+}
+record = []
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for name, text in files.items():
+        data = text.encode()
+        z.writestr(name, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("hello_pkg-1.0.dist-info/RECORD,,")
+    z.writestr("hello_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+    let status = std::process::Command::new("python3").args(["-c", script]).arg(path).status().unwrap();
+    assert!(status.success(), "cannot write the wheel");
+}
+
+/// The programs of issue 32's acceptance, each through `warden run` under
+/// `policies/ci.toml`, in a checkout the invoking user owns (root in CI: a
+/// root-owned checkout; an ordinary user in `.ci/unprivileged`): a venv and
+/// `pip install` of a local wheel with a console script; `npm ci` of a
+/// lockfile whose `file:` dependency has a bin (npm links and chmods it);
+/// `git init` and `commit` in the call's `{tmp}`; `cargo test` with
+/// `CARGO_HOME` in the checkout, where the user has a rustup toolchain.
+#[test]
+fn real_programs_run_in_a_checkout_the_user_owns() {
+    let env = ci_env();
+    // Python: venv, pip, the console script.
+    write_wheel(&env.ws.join("hello_pkg-1.0-py3-none-any.whl"));
+    let r = run(&env, &["python3", "-m", "venv", ".venv"], None);
+    assert_eq!(r.code, 0, "python3 -m venv: {r:?}");
+    let r = run(
+        &env,
+        &[
+            ".venv/bin/pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--disable-pip-version-check",
+            "./hello_pkg-1.0-py3-none-any.whl",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "pip install: {r:?}");
+    let r = run(&env, &[".venv/bin/hello-pkg"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "hello from the wheel\n"), "{r:?}");
+
+    // npm: a lockfile, a file: dependency with a bin, the test script.
+    env.write("tool/package.json", r#"{"name": "tool", "version": "1.0.0", "bin": {"tool-hello": "cli.js"}}"#);
+    env.write("tool/cli.js", "#!/usr/bin/env node\nconsole.log('hello from tool');\n");
+    env.write(
+        "package.json",
+        r#"{"name": "app", "version": "1.0.0", "private": true, "dependencies": {"tool": "file:tool"}, "scripts": {"test": "tool-hello"}}"#,
+    );
+    env.write(
+        "package-lock.json",
+        r#"{"name": "app", "version": "1.0.0", "lockfileVersion": 3, "requires": true, "packages": {
+  "": {"name": "app", "version": "1.0.0", "dependencies": {"tool": "file:tool"}},
+  "node_modules/tool": {"resolved": "tool", "link": true},
+  "tool": {"version": "1.0.0", "bin": {"tool-hello": "cli.js"}}}}"#,
+    );
+    let r = run(&env, &["npm", "ci", "--offline", "--no-audit", "--no-fund", "--no-update-notifier"], None);
+    assert_eq!(r.code, 0, "npm ci: {r:?}");
+    let r = run(&env, &["npm", "test", "--silent", "--no-update-notifier"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "hello from tool\n"), "npm test: {r:?}");
+
+    // git: a repository made and committed to in the call's {tmp}.
+    let r = run(
+        &env,
+        &[
+            "sh",
+            "-c",
+            "cd \"$TMPDIR\" && git init -q r && cd r && echo x > f && git add f && \
+             git -c user.name=ci -c user.email=ci@example.invalid commit -q -m first && git log --format=%s",
+        ],
+        None,
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, "first\n"), "git: {r:?}");
+
+    // cargo, with CARGO_HOME in the checkout: the invoking user's rustup toolchain.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    let (cargo_bin, rustup) = (home.join(".cargo/bin"), home.join(".rustup"));
+    if !cargo_bin.join("cargo").exists() || !rustup.is_dir() {
+        eprintln!(
+            "skipped: cargo test: no rustup toolchain for this user under {} (CI's root pass has one)",
+            home.display()
+        );
+        return;
+    }
+    env.write("crate/Cargo.toml", "[package]\nname = \"acc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n");
+    env.write(
+        "crate/src/lib.rs",
+        "#[cfg(test)]\nmod t {\n    #[test]\n    fn two() {\n        assert_eq!(1 + 1, 2);\n    }\n}\n",
+    );
+    env.write(
+        "cargo.toml",
+        &format!(
+            "version = 1\n\n[tools.run]\ntier = \"auto\"\nfs.read = [\"{{system}}\", \"{{workspace}}\", \"{}\", \"{}\"]\n\
+             fs.write = [\"{{workspace}}\", \"{{tmp}}\"]\n\
+             env = {{ set = {{ HOME = \"{{tmp}}\", PATH = \"{}:/usr/bin:/bin\", CARGO_HOME = \"{{workspace}}/.cargo-home\", RUSTUP_HOME = \"{}\" }} }}\n\
+             limits = {{ timeout = \"10m\", cpu = \"10m\", memory = \"4GiB\", processes = 512, open_files = 4096, file_size = \"1GiB\", tmp_size = \"1GiB\" }}\n",
+            cargo_bin.display(),
+            rustup.display(),
+            cargo_bin.display(),
+            rustup.display()
+        ),
+    );
+    let out = env
+        .command(&["--policy", "../cargo.toml", "run", "--", "cargo", "test", "--offline", "-q"])
+        .current_dir(env.ws.join("crate"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "cargo test: {stdout}{stderr}");
+    assert!(stdout.contains("1 passed"), "cargo test: {stdout}{stderr}");
+}
