@@ -338,6 +338,9 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The system's PATH for the tools the benchmark calls.
+const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 fn main() {
     // `WARDEN_BENCH_ONLY=egress`: only the egress proxy's rows and targets.
     if std::env::var("WARDEN_BENCH_ONLY").as_deref() == Ok("egress") {
@@ -359,13 +362,17 @@ fn main() {
     let cache = dir.path().join("cache");
 
     let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
-    // The default policy, and the same shell with no write grant (so no layer).
+    // The default policy, and the same shell with no write grant (so no layer);
+    // the system's PATH, whatever the invoking shell has first on its own (a
+    // user's pyenv shims before /usr/bin would be refused: a toolchain swap).
+    let env_line = r#"env = { pass = ["PATH", "LANG"], set = { HOME = "{tmp}" } }"#;
+    let hermetic = format!(r#"env = {{ pass = ["LANG"], set = {{ HOME = "{{tmp}}", PATH = "{SYSTEM_PATH}" }} }}"#);
     let text = format!(
         "{}\n[tools.shell_ro]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
-         fs.read = [\"{{system}}\", \"{{workspace}}\"]\nfs.write = [\"{{tmp}}\"]\n\
-         env = {{ pass = [\"PATH\", \"LANG\"], set = {{ HOME = \"{{tmp}}\" }} }}\n",
+         fs.read = [\"{{system}}\", \"{{workspace}}\"]\nfs.write = [\"{{tmp}}\"]\n{env_line}\n",
         warden::policy::DEFAULT_POLICY
-    );
+    )
+    .replace(env_line, &hermetic);
     let policy = Policy::from_text(&text, "default+shell_ro.toml", &ws, &ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
     // As `serve` keeps it: records overwrite blank fill (the better floor).
@@ -576,6 +583,7 @@ fn main() {
             .arg(dir.path().join("cli-shell-audit.jsonl"))
             .args(["call", "shell", r#"{"command":"true"}"#])
             .env("WARDEN_CACHE_DIR", &cache)
+            .env("PATH", SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .status()

@@ -78,6 +78,7 @@ exec = ["/bin/true", "{url}"]
 tier = "ask"
 fs.read = ["{system}"]
 net.connect = ["api.example.com:443"]   # WL103
+net.unix = ["/run/docker.sock"]   # WL119
 
 [tools.crawl]
 exec = ["/bin/true", "{url}"]

@@ -423,3 +423,53 @@ fn real_programs_run_in_a_checkout_the_user_owns() {
     assert_eq!(out.status.code(), Some(0), "cargo test: {stdout}{stderr}");
     assert!(stdout.contains("1 passed"), "cargo test: {stdout}{stderr}");
 }
+
+/// `net.unix`: one host socket by path, bound into the call's root; its
+/// neighbour in the same directory is not there. Judged by the listeners.
+#[test]
+fn net_unix_reaches_the_one_granted_host_socket_and_nothing_beside_it() {
+    use std::io::Read;
+    let env = ci_env();
+    let probe = run(&env, &["true"], None);
+    assert_eq!(probe.code, 0, "{probe:?}");
+    let with_namespaces = namespaces(&env);
+    let dir = env.outside.join("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = std::os::unix::net::UnixListener::bind(dir.join("db.sock")).unwrap();
+    let other = std::os::unix::net::UnixListener::bind(dir.join("other.sock")).unwrap();
+    db.set_nonblocking(true).unwrap();
+    other.set_nonblocking(true).unwrap();
+    env.write(
+        "unix.toml",
+        &format!(
+            "version = 1\n\n[tools.run]\ntier = \"auto\"\nfs.read = [\"{{system}}\", \"{{workspace}}\"]\n\
+             fs.write = [\"{{workspace}}\", \"{{tmp}}\"]\nnet.unix = [\"{}\"]\n",
+            dir.join("db.sock").display()
+        ),
+    );
+    let prober = format!(
+        "import socket, errno\n\
+         def attempt(name, path):\n\
+         \x20   try:\n\
+         \x20       s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(b'hello'); s.close(); print(name, 'CONNECTED')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'refused', errno.errorcode.get(e.errno, e.errno))\n\
+         attempt('db', {:?})\n\
+         attempt('other', {:?})\n",
+        dir.join("db.sock").display().to_string(),
+        dir.join("other.sock").display().to_string()
+    );
+    let r = env.run(&["--policy", "unix.toml", "run", "--", "python3", "-c", &prober]);
+    if !with_namespaces {
+        assert_eq!(r.code, 5, "SANDBOX_UNAVAILABLE without namespaces: {r:?}");
+        assert!(r.stderr.contains("net.unix"), "{r:?}");
+        return;
+    }
+    assert_eq!((r.code, r.stdout.as_str()), (0, "db CONNECTED\nother refused ENOENT\n"), "{r:?}");
+    let (mut conn, _) = db.accept().expect("the granted daemon saw the connection");
+    conn.set_nonblocking(false).unwrap();
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "hello");
+    assert!(other.accept().is_err(), "the socket beside it saw a connection");
+}

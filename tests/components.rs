@@ -323,6 +323,7 @@ mod protected_paths {
         let walls = Walls {
             dirs: vec![(ws.clone(), true), (ws.join(".git"), true)],
             links: Vec::new(),
+            unix: Vec::new(),
             env: vec![],
             net: vec![],
             allow_private: false,

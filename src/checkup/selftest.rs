@@ -87,6 +87,7 @@ impl Scene {
         Walls {
             dirs,
             links: Vec::new(),
+            unix: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
             allow_private: false,

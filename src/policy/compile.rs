@@ -765,6 +765,24 @@ fn compile_tool(
         Some(v) => *v.get_ref(),
         None => false,
     };
+    let mut unix = Vec::new();
+    for entry in &t.net.unix {
+        if !matches!(runner, Runner::Process(_) | Runner::Server(_)) {
+            c.problem(
+                entry.span(),
+                format!("tool {name}: net.unix reaches a host socket from a process tool or server; remove it here"),
+            );
+            continue;
+        }
+        match expand_path(c, name, entry, ctx) {
+            Some(GrantPath::Fixed(p)) => unix.push(p),
+            Some(GrantPath::Tmp(_)) => c.problem(
+                entry.span(),
+                format!("tool {name}: net.unix {:?}: the call's own sockets in {{tmp}} need no grant", entry.get_ref()),
+            ),
+            None => {}
+        }
+    }
     let mut net = Vec::new();
     for entry in &t.net.connect {
         match parse_host_port(entry.get_ref()) {
@@ -845,6 +863,7 @@ fn compile_tool(
         grants: Grants {
             paths,
             net,
+            unix,
             allow_private,
             env_pass,
             env_set,

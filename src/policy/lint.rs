@@ -268,6 +268,19 @@ pub const RULES: &[LintRule] = &[
         security_severity: "1.0",
     },
     LintRule {
+        id: "WL119",
+        name: "unix-socket-root",
+        severity: Severity::Warning,
+        short: "net.unix grants a socket whose daemon acts as root for whoever connects",
+        full: "A client of the Docker, containerd, Podman (rootful), CRI-O, BuildKit, libvirt, LXD or snapd \
+               socket, or of systemd's private socket, can have the daemon start a privileged container, mount \
+               the host's root or install software: root on the host, whatever the sandbox around the client. \
+               Each daemon's own documentation says so (Docker: \"the docker group grants root-level privileges\").",
+        help: "Remove the entry, or run the tool that needs the daemon outside warden, on a machine that is \
+               itself the boundary.",
+        security_severity: "8.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,
@@ -718,6 +731,11 @@ fn lint_tool(
     }
     lint_limits(l, name, t);
     lint_shadowed(l, name, t);
+    for entry in &t.net.unix {
+        if let Some(daemon) = root_daemon(entry.get_ref()) {
+            l.add("WL119", entry.span(), format!("tool {name}: net.unix {:?} is {daemon}'s socket", entry.get_ref()));
+        }
+    }
     match &t.description {
         Some(d) => {
             if let Some(why) = poisoning(d.get_ref()) {
@@ -730,6 +748,25 @@ fn lint_tool(
             }
         }
     }
+}
+
+/// The daemon a socket path belongs to when that daemon acts as root for
+/// whoever connects (WL119), by the names their packages give the sockets.
+fn root_daemon(path: &str) -> Option<&'static str> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let daemon = match name {
+        "docker.sock" => "Docker",
+        "containerd.sock" => "containerd",
+        "podman.sock" => "Podman",
+        "crio.sock" => "CRI-O",
+        "buildkitd.sock" => "BuildKit",
+        "libvirt-sock" => "libvirt",
+        "snapd.socket" => "snapd",
+        "unix.socket" if path.contains("/lxd/") => "LXD",
+        "private" if path.contains("/systemd/") => "systemd",
+        _ => return None,
+    };
+    Some(daemon)
 }
 
 fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {

@@ -321,6 +321,9 @@ pub struct Grants {
     pub paths: Vec<PathGrant>,
     /// TCP destinations.
     pub net: Vec<NetGrant>,
+    /// `net.unix`: host unix sockets the tool may connect to (absolute paths;
+    /// process tools and servers, inside a root built from their grants).
+    pub unix: Vec<PathBuf>,
     /// `net.allow_private = true`: a name grant may resolve to loopback,
     /// private, link-local, CGNAT or metadata addresses.
     pub allow_private: bool,

@@ -138,6 +138,9 @@ pub(crate) struct RawNet {
     /// `net.allow_private`: a name grant may resolve to loopback, private,
     /// link-local or metadata addresses.
     pub(crate) allow_private: Option<Spanned<bool>>,
+    /// `net.unix`: host unix sockets the tool may connect to, by path.
+    #[serde(default)]
+    pub(crate) unix: Vec<Spanned<String>>,
 }
 
 /// `env.pass` / `env.set`

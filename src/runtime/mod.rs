@@ -189,6 +189,8 @@ pub struct Walls {
     pub env: Vec<(String, String)>,
     /// TCP destinations.
     pub net: Vec<NetGrant>,
+    /// Host unix sockets the tool may connect to (`net.unix`), as granted.
+    pub unix: Vec<PathBuf>,
     /// `net.allow_private = true`.
     pub allow_private: bool,
     /// The call's network attempts, as its egress proxy saw them.
@@ -304,6 +306,7 @@ impl Walls {
             links,
             env,
             net: g.net.clone(),
+            unix: g.unix.clone(),
             allow_private: g.allow_private,
             journal: Default::default(),
             limits: tool.limits,

@@ -327,7 +327,11 @@ fn confine(
         if let Some(q) = spec.tmp_quota.as_ref().filter(|_| r.tmp_quota) {
             grants.push(q.path.clone());
         }
+        // net.unix: each host socket that is there, at its canonical place
+        // (the links that spell it recreated); a missing one stays missing.
+        grants.extend(spec.unix.iter().cloned());
         let mut spelled: Vec<std::path::PathBuf> = spec.links.clone();
+        spelled.extend(spec.unix.iter().cloned());
         spelled.push(spec.cwd.clone());
         spelled.extend(spec.argv.first().map(std::path::PathBuf::from));
         match mounts::grant_view(&grants, &spelled, &spec.cwd) {

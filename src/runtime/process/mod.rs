@@ -348,6 +348,19 @@ impl ProcessRuntime {
     /// `host:443` would open every host on 443, and a name grant UDP to every
     /// address.
     fn check_net(&self, tool: &str, walls: &Walls) -> Result<(), CallError> {
+        if !walls.unix.is_empty() && !self.namespaces_now() {
+            let ns = self.namespace_support();
+            return Err(CallError::new(
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "{tool}: its net.unix grants ({}) hold only in a root built from its grants, which needs \
+                     namespaces of its own, and none can be made here: {}; enable unprivileged user namespaces, \
+                     run warden as root, or remove net.unix",
+                    walls.unix.iter().take(10).map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                    ns.reason.unwrap_or_else(|| "the kernel refused them".into())
+                ),
+            ));
+        }
         if walls.net.is_empty() || self.mode == SandboxMode::BestEffort || self.namespaces_now() {
             return Ok(());
         }
@@ -780,6 +793,7 @@ impl ProcessRuntime {
             read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
             write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
             links: walls.links.clone(),
+            unix: walls.unix.clone(),
             // With a network namespace the proxy is the way out; without one
             // (best-effort mode) Landlock's ports are all there is.
             net_ports: if walls.net.is_empty() || ns { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },

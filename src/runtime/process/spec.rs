@@ -30,6 +30,9 @@ pub struct SandboxSpec {
     /// ([`crate::runtime::Walls::links`]).
     #[serde(default)]
     pub links: Vec<PathBuf>,
+    /// Host unix sockets bound into the call's root at their paths (`net.unix`).
+    #[serde(default)]
+    pub unix: Vec<PathBuf>,
     /// TCP ports `connect` may reach, without a network namespace (best-effort
     /// mode); `socket()` is refused for every family when `None` and the call
     /// has no network namespace.

@@ -435,6 +435,7 @@ impl ComponentRuntime {
         let walls = Walls {
             dirs: Vec::new(),
             links: Vec::new(),
+            unix: Vec::new(),
             env: Vec::new(),
             net: Vec::new(),
             allow_private: false,
@@ -1057,6 +1058,7 @@ mod tests {
         Walls {
             dirs: vec![],
             links: Vec::new(),
+            unix: Vec::new(),
             env: vec![],
             net: vec![],
             allow_private: false,
