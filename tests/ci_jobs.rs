@@ -269,7 +269,8 @@ fn a_refusal_ends_with_hints_naming_the_key_once() {
     let hints: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("warden: run: hint: ")).collect();
     assert_eq!(hints.len(), 3, "{r:?}");
     assert!(
-        hints[0].contains("/opt/warden-absent/tool.conf is outside every grant of run") && hints[0].contains("fs.read")
+        hints[0].contains("refused /opt/warden-absent/tool.conf, outside every grant of run")
+            && hints[0].contains("fs.read")
     );
     assert!(hints[1].contains("no-such-runner-here is not on the PATH of run"), "{hints:?}");
     if namespaces(&env) {
@@ -294,8 +295,14 @@ fn a_refusal_ends_with_hints_naming_the_key_once() {
     let doc: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let hints = doc["result"]["hints"].as_array().unwrap();
     assert_eq!(hints.len(), 1, "{doc}");
-    assert!(hints[0].as_str().unwrap().starts_with("/opt/warden-absent/x is outside every grant of sh"), "{doc}");
-    assert_eq!(r.stderr.matches("warden: sh: hint: /opt/warden-absent/x").count(), 1, "{r:?}");
+    assert!(
+        hints[0]
+            .as_str()
+            .unwrap()
+            .starts_with("the program was refused /opt/warden-absent/x, outside every grant of sh"),
+        "{doc}"
+    );
+    assert_eq!(r.stderr.matches("warden: sh: hint: the program was refused /opt/warden-absent/x").count(), 1, "{r:?}");
 }
 
 /// A wheel built by hand (pip needs no build backend and no index for it):
@@ -472,4 +479,110 @@ fn net_unix_reaches_the_one_granted_host_socket_and_nothing_beside_it() {
     conn.read_to_string(&mut got).unwrap();
     assert_eq!(got, "hello");
     assert!(other.accept().is_err(), "the socket beside it saw a connection");
+}
+
+/// A registry of the test's own on loopback (pypiserver, serving wheels the
+/// host downloaded once per uid), its address and the server.
+struct Registry {
+    port: u16,
+    server: std::process::Child,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+fn host(program: &Path, args: &[&str]) {
+    let out = std::process::Command::new(program).args(args).output().unwrap();
+    assert!(out.status.success(), "{} {args:?}: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// pypiserver on 127.0.0.1 serving pytest, pytest-xdist and their dependencies.
+fn registry() -> Registry {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ci-registry-{}", nix::unistd::geteuid()));
+    let (venv, wheels) = (base.join("venv"), base.join("wheels"));
+    let python = venv.join("bin/python");
+    if !base.join("ready").exists() {
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&wheels).unwrap();
+        host(Path::new("python3"), &["-m", "venv", venv.to_str().unwrap()]);
+        host(&python, &["-m", "pip", "install", "-q", "--disable-pip-version-check", "pypiserver==2.3.2"]);
+        host(
+            &python,
+            &["-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:", "-d"]
+                .into_iter()
+                .chain([wheels.to_str().unwrap(), "pytest==8.3.4", "pytest-xdist==3.6.1"])
+                .collect::<Vec<_>>(),
+        );
+        std::fs::write(base.join("ready"), "").unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = std::process::Command::new(venv.join("bin/pypi-server"))
+        .args(["run", "-i", "127.0.0.1", "-p", &port.to_string(), "--disable-fallback"])
+        .arg(&wheels)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let registry = Registry { port, server };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "pypiserver did not listen on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    registry
+}
+
+/// pytest with pytest-xdist's workers and a multiprocessing Manager, installed
+/// with pip from a registry through the documented grant (`net.connect` to
+/// the registry, every request through warden's egress proxy), each step a
+/// `warden run` under `policies/ci.toml`.
+#[test]
+fn pytest_xdist_and_a_manager_installed_from_a_registry_through_the_grant() {
+    let env = ci_env();
+    let probe = run(&env, &["true"], None);
+    assert_eq!(probe.code, 0, "{probe:?}");
+    if !namespaces(&env) {
+        eprintln!("skipped: a registry grant holds only in the call's network namespace (none here)");
+        return;
+    }
+    let registry = registry();
+    let mut policy = std::fs::read_to_string(env.ws.join("ci.toml")).unwrap();
+    policy.push_str(&format!("net.connect = [\"127.0.0.1:{}\"]\n", registry.port));
+    env.write("ci.toml", &policy);
+    let r = run(&env, &["python3", "-m", "venv", ".venv"], None);
+    assert_eq!(r.code, 0, "{r:?}");
+    let index = format!("http://127.0.0.1:{}/simple/", registry.port);
+    let r = run(
+        &env,
+        &[
+            ".venv/bin/pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--index-url",
+            &index,
+            "pytest",
+            "pytest-xdist",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "pip install through the proxy: {r:?}");
+    env.write(
+        "tests/test_mp.py",
+        "import multiprocessing as mp\n\n\
+         def test_manager():\n    with mp.Manager() as m:\n        d = m.dict(); d['k'] = 1\n        assert d['k'] == 1\n\n\
+         def test_one():\n    assert 1\n\ndef test_two():\n    assert 2\n",
+    );
+    let r = run(&env, &[".venv/bin/python", "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "tests"], None);
+    assert_eq!(r.code, 0, "pytest -n 2: {r:?}");
+    assert!(r.stdout.contains("3 passed"), "{r:?}");
+    // The registry was reached through the proxy, and the record says so.
+    let records = env.audit_records();
+    let pip =
+        records.iter().find(|r| r["args"]["command"].as_str().is_some_and(|c| c.contains("pip install"))).unwrap();
+    assert!(pip["network"].to_string().contains(&registry.port.to_string()), "{pip}");
 }

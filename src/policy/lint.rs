@@ -272,8 +272,8 @@ pub const RULES: &[LintRule] = &[
         name: "unix-socket-root",
         severity: Severity::Warning,
         short: "net.unix grants a socket whose daemon acts as root for whoever connects",
-        full: "A client of the Docker, containerd, Podman (rootful), CRI-O, BuildKit, libvirt, LXD or snapd \
-               socket, or of systemd's private socket, can have the daemon start a privileged container, mount \
+        full: "A client of the Docker, containerd, Podman (rootful), CRI-O, BuildKit, libvirt, LXD, Incus or \
+               snapd socket, of systemd's private socket, or (as uid 0) of the system bus, can have the daemon start a privileged container, mount \
                the host's root or install software: root on the host, whatever the sandbox around the client. \
                Each daemon's own documentation says so (Docker: \"the docker group grants root-level privileges\").",
         help: "Remove the entry, or run the tool that needs the daemon outside warden, on a machine that is \
@@ -756,13 +756,17 @@ fn root_daemon(path: &str) -> Option<&'static str> {
     let name = path.rsplit('/').next().unwrap_or(path);
     let daemon = match name {
         "docker.sock" => "Docker",
-        "containerd.sock" => "containerd",
+        "containerd.sock" | "containerd.sock.ttrpc" => "containerd",
         "podman.sock" => "Podman",
         "crio.sock" => "CRI-O",
         "buildkitd.sock" => "BuildKit",
-        "libvirt-sock" => "libvirt",
+        "libvirt-sock" | "virtqemud-sock" | "virtproxyd-sock" => "libvirt",
+        // The system bus: as uid 0 (a root-owned checkout) a client may ask
+        // systemd for a transient unit, which runs outside every sandbox.
+        "system_bus_socket" => "D-Bus (system bus)",
         "snapd.socket" => "snapd",
         "unix.socket" if path.contains("/lxd/") => "LXD",
+        "unix.socket" if path.contains("/incus/") => "Incus",
         "private" if path.contains("/systemd/") => "systemd",
         _ => return None,
     };

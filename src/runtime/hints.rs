@@ -29,6 +29,35 @@ pub struct Grants<'a> {
     pub links: &'a [PathBuf],
     /// Whether the tool has any `net.connect` entry.
     pub net: bool,
+    /// Protected and denied paths: never suggested.
+    pub protected: &'a [PathBuf],
+}
+
+/// Places no hint suggests granting, whatever the program printed: where
+/// credentials live (ssh and GnuPG keys, cloud and cluster credentials,
+/// registry and git tokens, the system's password hashes). A hint is read from
+/// text the tool controls; it must not talk a person into handing those over.
+const NEVER: &[&str] = &[
+    "/.ssh",
+    "/.gnupg",
+    "/.aws",
+    "/.azure",
+    "/.kube",
+    "/.docker",
+    "/.netrc",
+    "/.git-credentials",
+    "/.npmrc",
+    "/.pypirc",
+    "/.config/gcloud",
+    "/.config/gh",
+    "/.cargo/credentials",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+];
+
+fn never(p: &str) -> bool {
+    NEVER.iter().any(|n| p.contains(n))
 }
 
 /// What a failed call's stderr says the sandbox refused: paths outside the
@@ -45,18 +74,21 @@ pub fn from_stderr(g: &Grants<'_>, stderr: &str) -> Vec<String> {
         if refused || read_only {
             for p in absolute_paths(line) {
                 let path = Path::new(&p);
+                if never(&p) || g.protected.iter().any(|r| path.starts_with(r)) {
+                    continue;
+                }
                 let read =
                     g.dirs.iter().any(|(d, _)| path.starts_with(d)) || g.links.iter().any(|l| path.starts_with(l));
                 let write = g.dirs.iter().any(|(d, w)| *w && path.starts_with(d));
                 if !read && refused {
                     out.push(format!(
-                        "{p} is outside every grant of {tool}: if it needs it, add \"{p}\" (or a directory above it) \
-                         to its fs.read"
+                        "the program was refused {p}, outside every grant of {tool}: if it needs it, add \"{p}\" (or \
+                         a directory above it) to its fs.read"
                     ));
                 } else if read_only && !write {
                     out.push(format!(
-                        "{p} is not in a write grant of {tool}: if it must change, add \"{p}\" (or a directory above \
-                         it) to its fs.write"
+                        "the program could not change {p}, outside the write grants of {tool}: if it must, add \"{p}\" \
+                         (or a directory above it) to its fs.write"
                     ));
                 }
             }
@@ -198,7 +230,7 @@ mod tests {
     #[test]
     fn paths_outside_the_grants_programs_and_names_are_hinted_once() {
         let (dirs, links) = grants();
-        let g = Grants { tool: "test", dirs: &dirs, links: &links, net: false };
+        let g = Grants { tool: "test", dirs: &dirs, links: &links, net: false, protected: &[] };
         let stderr = "cat: /opt/tc/bin/x: No such file or directory\n\
                       cat: /opt/tc/bin/x: No such file or directory\n\
                       cat: /ws/missing: No such file or directory\n\
@@ -209,8 +241,9 @@ mod tests {
                       urllib3 HTTPSConnectionPool(host='pypi.org', port=443): Temporary failure in name resolution\n";
         let h = from_stderr(&g, stderr);
         assert_eq!(h.len(), MAX_HINTS, "{h:#?}");
-        assert!(h[0].starts_with("/opt/tc/bin/x is outside every grant of test") && h[0].contains("fs.read"), "{h:#?}");
-        assert!(h[1].starts_with("/usr/lib/y is not in a write grant") && h[1].contains("fs.write"), "{h:#?}");
+        assert!(h[0].starts_with("the program was refused /opt/tc/bin/x, outside every grant of test"), "{h:#?}");
+        assert!(h[0].contains("fs.read"), "{h:#?}");
+        assert!(h[1].starts_with("the program could not change /usr/lib/y") && h[1].contains("fs.write"), "{h:#?}");
         assert!(h[2].starts_with("node is not on the PATH of test"), "{h:#?}");
         assert!(h[3].starts_with("python9 is not on the PATH"), "{h:#?}");
         assert!(h[4].contains("add \"registry.npmjs.org:443\" to its net.connect"), "{h:#?}");
@@ -221,7 +254,7 @@ mod tests {
     #[test]
     fn a_tool_with_a_grant_gets_the_proxys_refusals_not_resolution_hints() {
         let (dirs, links) = grants();
-        let g = Grants { tool: "t", dirs: &dirs, links: &links, net: true };
+        let g = Grants { tool: "t", dirs: &dirs, links: &links, net: true, protected: &[] };
         assert!(from_stderr(&g, "getaddrinfo EAI_AGAIN example.org\n").is_empty());
         let journal = serde_json::json!({"attempts": [
             {"host": "registry.npmjs.org", "port": 443, "allowed": false},
@@ -234,7 +267,9 @@ mod tests {
                 "t was refused registry.npmjs.org:443: add \"registry.npmjs.org:443\" to its net.connect if it needs it"
             ]
         );
-        let g = Grants { tool: "t", dirs: &dirs, links: &links, net: false };
+        let g = Grants { tool: "t", dirs: &dirs, links: &links, net: false, protected: &[] };
+        // What the tool prints cannot make a hint suggest a credential.
+        assert!(from_stderr(&g, "cat: /home/u/.ssh/id_ed25519: Permission denied\n").is_empty());
         assert_eq!(
             from_stderr(
                 &g,

@@ -254,6 +254,39 @@ impl Walls {
                 None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
             }
         }
+        // net.unix: each socket resolved as a grant is (no link planted where
+        // a tool may write), and a socket it must be; one that is not there is
+        // left out (the program finds no such file).
+        let mut unix = Vec::new();
+        for p in &g.unix {
+            let Some(resolved) = resolve_grant(&tool.name, p, writable)? else { continue };
+            use std::os::unix::fs::FileTypeExt;
+            let is_socket = fs::symlink_metadata(&resolved).is_ok_and(|m| m.file_type().is_socket());
+            if !is_socket {
+                return Err(CallError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "{}: net.unix {} is not a socket ({}); name the socket itself, not its directory",
+                        tool.name,
+                        p.display(),
+                        resolved.display()
+                    ),
+                ));
+            }
+            if let Some((d, _)) = dirs.iter().find(|(d, w)| *w && resolved.starts_with(d)) {
+                return Err(CallError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "{}: net.unix {} lies in its write grant {}, where the call's layer shows a copy that \
+                         connects to nothing; grant that directory read-only, or move the socket",
+                        tool.name,
+                        p.display(),
+                        d.display()
+                    ),
+                ));
+            }
+            unix.push(resolved);
+        }
         let expand_globs = matches!(tool.runner, crate::policy::Runner::Process(_) | crate::policy::Runner::Server(_));
         let protect = protect::Protection::for_call(&protect::ProtectInput {
             tool: &tool.name,
@@ -306,7 +339,7 @@ impl Walls {
             links,
             env,
             net: g.net.clone(),
-            unix: g.unix.clone(),
+            unix,
             allow_private: g.allow_private,
             journal: Default::default(),
             limits: tool.limits,

@@ -327,14 +327,12 @@ fn confine(
         if let Some(q) = spec.tmp_quota.as_ref().filter(|_| r.tmp_quota) {
             grants.push(q.path.clone());
         }
-        // net.unix: each host socket that is there, at its canonical place
-        // (the links that spell it recreated); a missing one stays missing.
-        grants.extend(spec.unix.iter().cloned());
         let mut spelled: Vec<std::path::PathBuf> = spec.links.clone();
-        spelled.extend(spec.unix.iter().cloned());
         spelled.push(spec.cwd.clone());
         spelled.extend(spec.argv.first().map(std::path::PathBuf::from));
-        match mounts::grant_view(&grants, &spelled, &spec.cwd) {
+        // net.unix: each host socket (resolved by the host, checked a socket
+        // again when opened), alone at its place.
+        match mounts::grant_view(&grants, &spec.unix, &spelled, &spec.cwd) {
             Ok(built) => r.grant_view = built,
             // Nothing changed: the host's tree stays, under Landlock, and AF_UNIX stays refused.
             Err(mounts::ViewError::NotBuilt(e)) => r.grant_view_error = Some(e),
@@ -437,7 +435,9 @@ fn confine(
         inotify: spec.inotify,
         pid_namespace: in_ns,
         network_namespace: netns,
-        unix: r.grant_view && netns,
+        // Only where every directory write grant is the call's own layer: a
+        // host socket in a write grant bound directly would be reachable.
+        unix: r.grant_view && netns && spec.layers_cover_writes && (spec.layers.is_empty() || r.layered),
     })?;
     match seccomp::apply_to_current_thread(&filters) {
         Ok(()) => r.seccomp = true,

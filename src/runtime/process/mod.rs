@@ -650,11 +650,13 @@ impl ProcessRuntime {
                 value["protected"] = json!(hint);
             }
             if exit_code != Some(0) {
+                let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
                 let grants = crate::runtime::hints::Grants {
                     tool,
                     dirs: &walls.dirs,
                     links: &walls.links,
                     net: !walls.net.is_empty(),
+                    protected: &protected,
                 };
                 let hints = crate::runtime::hints::from_stderr(&grants, &String::from_utf8_lossy(&stderr_tail));
                 if !hints.is_empty() {
@@ -835,6 +837,7 @@ impl ProcessRuntime {
             rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
             system: walls.system,
             layers: layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
+            layers_cover_writes: layer_roots.is_empty() || layer.is_some(),
         };
         let internal =
             |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));

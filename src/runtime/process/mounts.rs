@@ -336,25 +336,30 @@ const VIEW_TMPFS: &str = "size=1m,nr_inodes=16384,mode=0755";
 /// lets `AF_UNIX` sockets inside the call: a path reaches only the call's own
 /// sockets and those of its grants.
 ///
-/// `Ok(false)`: no view was built and nothing changed (a grant is `/`, the
-/// call has no private `/proc`, or the working directory lies outside every
-/// grant); the host's tree stays, under Landlock, and `AF_UNIX` stays refused.
-pub fn grant_view(grants: &[PathBuf], spelled: &[PathBuf], cwd: &Path) -> Result<bool, ViewError> {
+/// [`ViewError::NotBuilt`]: no view was built and nothing changed (a grant is
+/// `/`, the working directory lies outside every grant, a grant changed since
+/// the host resolved it); the host's tree stays, under Landlock, and
+/// `AF_UNIX` stays refused.
+pub fn grant_view(grants: &[PathBuf], sockets: &[PathBuf], spelled: &[PathBuf], cwd: &Path) -> Result<bool, ViewError> {
     use ViewError::NotBuilt;
+    // The grants as the host resolved them (canonical, no link): never
+    // resolved again here, so a link planted since cannot redirect a bind
+    // (it is refused when opened: ELOOP).
     let mut kept: Vec<PathBuf> = Vec::new();
-    let mut candidates: Vec<PathBuf> = grants.iter().filter_map(|g| g.canonicalize().ok()).collect();
+    let mut candidates: Vec<PathBuf> =
+        grants.iter().chain(sockets).map(|g| g.components().collect::<PathBuf>()).filter(|g| g.exists()).collect();
     candidates.sort_by_key(|p| p.components().count());
     for c in candidates {
         if c == Path::new("/") {
-            return Ok(false);
+            return Err(NotBuilt("a grant is / itself".into()));
         }
         if !kept.iter().any(|k| c.starts_with(k)) {
             kept.push(c);
         }
     }
     let covered = |p: &Path| kept.iter().any(|k| p.starts_with(k));
-    if !cwd.canonicalize().is_ok_and(|c| covered(&c)) {
-        return Ok(false);
+    if !covered(cwd) {
+        return Err(NotBuilt(format!("the working directory {} lies outside every grant", cwd.display())));
     }
     let at = STAGING
         .iter()
@@ -367,7 +372,7 @@ pub fn grant_view(grants: &[PathBuf], spelled: &[PathBuf], cwd: &Path) -> Result
     nix::mount::mount(Some("tmpfs"), fd_path(&stage).as_str(), Some("tmpfs"), hard, Some(VIEW_TMPFS))
         .map_err(|e| NotBuilt(format!("cannot mount the call's root on {}: {e}", at.display())))?;
     drop(stage);
-    let built = build_view(&at, &kept, spelled).and_then(|()| {
+    let built = build_view(&at, &kept, sockets, spelled).and_then(|()| {
         std::env::set_current_dir(&at).map_err(|e| format!("cannot enter the call's root {}: {e}", at.display()))?;
         nix::unistd::pivot_root(".", ".").map_err(|e| format!("cannot pivot into the call's root: pivot_root: {e}"))
     });
@@ -391,12 +396,20 @@ pub enum ViewError {
 /// Fills the staged root at `at`: mount points and binds for `kept`
 /// (canonical, none beneath another), the links on the way to each of
 /// `spelled`, the top-level links and `/dev`'s.
-fn build_view(at: &Path, kept: &[PathBuf], spelled: &[PathBuf]) -> Result<(), String> {
+fn build_view(at: &Path, kept: &[PathBuf], sockets: &[PathBuf], spelled: &[PathBuf]) -> Result<(), String> {
     let inside = |p: &Path| at.join(p.strip_prefix("/").unwrap_or(p));
     let mkdirs = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
     for k in kept {
         let dir = k.is_dir();
         let source = open_path(k, dir).map_err(|e| format!("cannot open the grant {}: {e}", k.display()))?;
+        // A net.unix entry binds one socket and nothing else: whatever is
+        // there now must still be a socket.
+        if sockets.contains(k) {
+            let st = rustix::fs::fstat(&source).map_err(|e| format!("cannot stat {}: {e}", k.display()))?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+                return Err(format!("the net.unix entry {} is no longer a socket", k.display()));
+            }
+        }
         let target = inside(k);
         if dir {
             mkdirs(&target)?;

@@ -33,6 +33,10 @@ pub struct SandboxSpec {
     /// Host unix sockets bound into the call's root at their paths (`net.unix`).
     #[serde(default)]
     pub unix: Vec<PathBuf>,
+    /// Every directory write grant (but `{tmp}`) has a layer in `layers`: with
+    /// the call's root built from its grants, `AF_UNIX` may be admitted.
+    #[serde(default)]
+    pub layers_cover_writes: bool,
     /// TCP ports `connect` may reach, without a network namespace (best-effort
     /// mode); `socket()` is refused for every family when `None` and the call
     /// has no network namespace.
