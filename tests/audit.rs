@@ -86,6 +86,11 @@ tier = "auto"
 fs.read = ["{system}"]
 net.connect = ["*.com:443", "*:80", "*.github.io:443", "*.example.com:443"]   # WL103 WL117 WL117 WL117
 
+[tools.sessions]
+exec = ["/bin/true"]
+tier = "ask"
+fs.read = ["{system}", "/run/user"]   # WL120
+
 [profiles.reviewer]
 tools = ["read_file", "git_*"]   # WL118
 "#;

@@ -82,7 +82,8 @@ pub const RULES: &[LintRule] = &[
         severity: Severity::Warning,
         short: "The home directory is readable",
         full: "A read grant that covers {home} exposes SSH keys, cloud credentials and tokens kept in dotfiles to \
-               the tool, and through its result to the agent.",
+               the tool, and through its result to the agent; and, where the call's root is built from its grants, \
+               the daemons whose sockets live there (gpg-agent, an ssh ControlMaster) to its AF_UNIX sockets.",
         help: "Grant the specific directories the tool needs, or {workspace}.",
         security_severity: "6.5",
     },
@@ -279,6 +280,18 @@ pub const RULES: &[LintRule] = &[
         help: "Remove the entry, or run the tool that needs the daemon outside warden, on a machine that is \
                itself the boundary.",
         security_severity: "8.0",
+    },
+    LintRule {
+        id: "WL120",
+        name: "socket-dirs-granted",
+        severity: Severity::Warning,
+        short: "A grant covers where host daemons keep their sockets",
+        full: "Landlock does not mediate connect() to a pathname unix socket: inside a call whose root is built \
+               from its grants, a socket under a read or write grant can be reached by path. /run, /var/run and \
+               /run/user hold the system's and each user's daemon sockets (the D-Bus buses, systemd, Docker, \
+               ssh and gpg agents), /tmp holds tmux's, X11's and many others'.",
+        help: "Grant the files the tool reads there by name, and one socket it needs with net.unix.",
+        security_severity: "6.0",
     },
     LintRule {
         id: "WL200",
@@ -614,6 +627,16 @@ fn lint_tool(
                 "WL102",
                 entry.span(),
                 format!("tool {name}: {:?} makes the home directory {} readable", entry.get_ref(), ctx.home.display()),
+            );
+        }
+    }
+    for entry in t.fs.read.iter().chain(&t.fs.write) {
+        let Some(p) = expand(entry) else { continue };
+        if let Some(dir) = ["/run", "/var/run", "/run/user", "/tmp"].into_iter().find(|d| covers(&p, Path::new(d))) {
+            l.add(
+                "WL120",
+                entry.span(),
+                format!("tool {name}: {:?} covers {dir}, where host daemons keep their sockets", entry.get_ref()),
             );
         }
     }
