@@ -660,18 +660,7 @@ fn compile_tool(
                     );
                 }
             }
-            let cwd = match &t.cwd {
-                None => ctx.workspace.clone(),
-                Some(cwd) => match expand_path(c, name, cwd, ctx) {
-                    Some(GrantPath::Fixed(p)) => p,
-                    Some(GrantPath::Tmp(_)) => {
-                        c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
-                        return None;
-                    }
-                    None => return None,
-                },
-            };
-            let _ = span;
+            let cwd = compile_cwd(c, name, t, ctx)?;
             Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None })
         }
         (None, Some(plugin)) if plugins.get(plugin.get_ref()).is_some_and(|p| p.kind == PluginKind::Command) => {
@@ -1151,22 +1140,27 @@ fn compile_exec(
         );
     }
     let (argv, params) = compile_template(c, name, "exec", exec, ctx, true);
-    let cwd = match &t.cwd {
-        None => ctx.workspace.clone(),
-        Some(cwd) => match expand_path(c, name, cwd, ctx) {
-            Some(GrantPath::Fixed(p)) => p,
-            Some(GrantPath::Tmp(_)) => {
-                c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
-                return None;
-            }
-            None => return None,
-        },
-    };
+    let cwd = compile_cwd(c, name, t, ctx)?;
     let input_schema = compile_input_schema(c, name, t);
     if c.problems.len() > before {
         return None;
     }
     Some(ExecSpec { argv, params, cwd, input_schema })
+}
+
+/// A process tool's working directory: `cwd` expanded, or the workspace.
+fn compile_cwd(c: &mut Checker<'_>, name: &str, t: &RawTool, ctx: &Context) -> Option<PathBuf> {
+    match &t.cwd {
+        None => Some(ctx.workspace.clone()),
+        Some(cwd) => match expand_path(c, name, cwd, ctx) {
+            Some(GrantPath::Fixed(p)) => Some(p),
+            Some(GrantPath::Tmp(_)) => {
+                c.problem(cwd.span(), format!("tool {name}: cwd cannot be under {{tmp}}"));
+                None
+            }
+            None => None,
+        },
+    }
 }
 
 /// Checks the `args` template of a tool of a `kind = "command"` plugin.

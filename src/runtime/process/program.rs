@@ -129,7 +129,7 @@ fn executable(path: &Path) -> bool {
 /// An entry outside the grants that shadows nothing swaps nothing: its
 /// programs fail to start (126), which the result's hints explain.
 pub fn path_swap(path: &str, granted: &[PathBuf], owner: &str) -> Option<String> {
-    let granted: Vec<PathBuf> = granted.iter().map(|g| g.canonicalize().unwrap_or_else(|_| g.clone())).collect();
+    // `granted` is canonical already (the host resolved each grant).
     let covered = |p: &Path| granted.iter().any(|g| p.starts_with(g));
     let entries: Vec<(&str, PathBuf)> = path
         .split(':')
