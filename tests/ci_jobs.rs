@@ -255,6 +255,42 @@ fn a_calls_socket_is_unreachable_from_another_call_and_host_sockets_from_both() 
     assert!(daemon.accept().is_err(), "the host daemon saw a connection");
 }
 
+/// With no network grant, a program that honours the proxy settings is
+/// refused at once by warden's proxy (issue 32): curl and npm (whose fetch
+/// does not retry a 403, where it retries a failed lookup for about a minute)
+/// end with the proxy's 403, the hint names `net.connect` and the
+/// destination once, and the record keeps every refused attempt.
+#[test]
+fn without_a_network_grant_the_proxy_refuses_at_once_naming_the_grant() {
+    let env = ci_env();
+    let r = run(&env, &["sh", "-c", "exit 0"], None);
+    assert_eq!(r.code, 0, "{r:?}");
+    if !namespaces(&env) {
+        // Without a network namespace there is no proxy: the socket is refused (EPERM).
+        return;
+    }
+    let r = run(&env, &["curl", "-sS", "https://pypi.org/simple/"], None);
+    assert_eq!(r.code, 56, "curl's CONNECT refused: {r:?}");
+    assert!(r.stderr.contains("CONNECT tunnel failed, response 403"), "{r:?}");
+    let hints: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("warden: run: hint: ")).collect();
+    assert_eq!(
+        hints,
+        ["warden: run: hint: run was refused pypi.org:443: add \"pypi.org:443\" to its net.connect if it needs it"],
+        "{r:?}"
+    );
+    env.write("package.json", r#"{"name":"x","version":"1.0.0","dependencies":{"left-pad":"1.3.0"}}"#);
+    let r = run(&env, &["npm", "install", "--no-audit", "--no-fund"], None);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("E403") && !r.stderr.contains("EAI_AGAIN") && !r.stderr.contains("ENOTFOUND"), "{r:?}");
+    assert!(r.stderr.contains("hint: run was refused registry.npmjs.org:443"), "{r:?}");
+    let records = env.audit_records();
+    let record = records.iter().rev().find(|r| r["tool"] == "run").expect("a record");
+    let network = &record["network"];
+    assert!(network["refused"].as_u64().is_some_and(|n| n >= 1) && network["allowed"] == 0, "{record}");
+    assert_eq!(network["refused_destinations"][0]["host"], "registry.npmjs.org", "{record}");
+    assert_eq!(record["sandbox"]["egress"], "loopback", "{record}");
+}
+
 /// Hints at the wall (issue 32): a run that failed after the sandbox refused
 /// a path outside its grants, a program not on its PATH and a name it cannot
 /// resolve ends with one line each on stderr naming the key and the value;

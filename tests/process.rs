@@ -691,7 +691,9 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
     let names: Vec<&str> = out.split_whitespace().collect();
     // bash adds PWD, SHLVL and _ itself; warden points the temporary and cache
     // variables at the call's {tmp}, names the progress pipe, and lets git look
-    // past the workspace's layer for its repository; everything else comes from
+    // past the workspace's layer for its repository, and points programs at its
+    // egress proxy (in a network namespace it listens in every call, and with no
+    // net.connect grant refuses every destination); everything else comes from
     // the policy.
     let expected = [
         "HOME",
@@ -706,6 +708,23 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
         "PYTEST_ADDOPTS",
         "WARDEN_PROGRESS_FD",
         "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+        "YARN_HTTP_PROXY",
+        "YARN_HTTPS_PROXY",
+        "PIP_PROXY",
+        "CARGO_HTTP_PROXY",
+        "GLOBAL_AGENT_HTTP_PROXY",
+        "NODE_USE_ENV_PROXY",
+        "NO_PROXY",
+        "no_proxy",
+        "npm_config_noproxy",
     ];
     let unexpected: Vec<&&str> = names.iter().filter(|n| !expected.contains(n)).collect();
     assert!(unexpected.is_empty(), "leaked variables: {unexpected:?} ({r:?})");

@@ -1568,10 +1568,11 @@ pub(crate) fn cases() -> Vec<Case> {
         c(
             "net-server-nogrant/server",
             "server",
-            "a wrapped MCP server without any grant: direct connect to the host's 127.0.0.1:A, and to warden's \
-             proxy address 127.0.0.1:3128",
-            "refused (ECONNREFUSED in its own namespace, EPERM without one): no proxy listens for a server with \
-             no grant; A sees nothing",
+            "a wrapped MCP server without any grant: direct connect to the host's 127.0.0.1:A, and CONNECT \
+             127.0.0.1:A through warden's proxy address 127.0.0.1:3128",
+            "the direct connect refused (ECONNREFUSED in its own namespace, EPERM without one); the proxy, which \
+             listens in every call with a network namespace, refuses the CONNECT (403: no grant; EPERM without a \
+             namespace); A sees nothing",
             |s| {
                 let a = Tcp::new();
                 let pa = a.port();
@@ -1581,11 +1582,12 @@ pub(crate) fn cases() -> Vec<Case> {
                     &[],
                     &format!(
                         "attempt('direct', lambda: direct('127.0.0.1', {pa}))\n\
-                         attempt('proxy', lambda: direct('127.0.0.1', 3128))\n"
+                         attempt('proxy', lambda: via_connect('127.0.0.1:{pa}'))\n"
                     ),
                 );
                 let e = no_route(s);
-                verdict(&said, &[("direct", e), ("proxy", e)], &[("A", a.arrived(), 0)])
+                let proxy: &[&str] = if netns(s) { &["http 403"] } else { e };
+                verdict(&said, &[("direct", e), ("proxy", proxy)], &[("A", a.arrived(), 0)])
             },
         ),
         c(

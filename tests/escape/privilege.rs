@@ -447,11 +447,12 @@ pub(crate) fn cases() -> Vec<Case> {
             "print the whole environment: warden's holds WARDEN_ESCAPE_CANARY (the secret)",
             "only PATH and HOME from the policy (plus the shell's own PWD, SHLVL, _), and warden's defaults for the \
              call's {tmp} (TMPDIR, TMP, TEMP, PYTHONPYCACHEPREFIX, PYTEST_ADDOPTS), each naming that {tmp} (HOME \
-             here), WARDEN_PROGRESS_FD, a descriptor number, and GIT_DISCOVERY_ACROSS_FILESYSTEM=1 (git looks past \
-             the call's layer); the canary never appears",
+             here), WARDEN_PROGRESS_FD, a descriptor number, GIT_DISCOVERY_ACROSS_FILESYSTEM=1 (git looks past \
+             the call's layer), and, with a network namespace, the variables that point programs at warden's proxy \
+             (127.0.0.1:3128, NO_PROXY its loopback), each with exactly that value; the canary never appears",
             |s| {
                 let ws = s.ws("env");
-                let r = s.shell(&ws, SHELL, "env; cat /proc/self/environ 2>/dev/null");
+                let r = s.shell(&ws, SHELL, "env; tr '\\0' '\\n' < /proc/self/environ 2>/dev/null");
                 let out = r.out();
                 let vars: Vec<(&str, &str)> = out.lines().filter_map(|l| l.split_once('=')).collect();
                 let names: Vec<&str> = vars.iter().map(|(k, _)| *k).collect();
@@ -463,12 +464,31 @@ pub(crate) fn cases() -> Vec<Case> {
                     "PYTEST_ADDOPTS" => v == format!("-o cache_dir={tmp}/pytest-cache"),
                     _ => false,
                 };
+                // warden's proxy (in every call with a network namespace), by exact value.
+                let proxy = |k: &str, v: &str| match k {
+                    "HTTP_PROXY"
+                    | "http_proxy"
+                    | "HTTPS_PROXY"
+                    | "https_proxy"
+                    | "npm_config_proxy"
+                    | "npm_config_https_proxy"
+                    | "YARN_HTTP_PROXY"
+                    | "YARN_HTTPS_PROXY"
+                    | "PIP_PROXY"
+                    | "CARGO_HTTP_PROXY"
+                    | "GLOBAL_AGENT_HTTP_PROXY" => v == "http://127.0.0.1:3128",
+                    "ALL_PROXY" | "all_proxy" => v == "socks5h://127.0.0.1:3128",
+                    "NO_PROXY" | "no_proxy" | "npm_config_noproxy" => v == "localhost,127.0.0.1,::1",
+                    "NODE_USE_ENV_PROXY" => v == "1",
+                    _ => false,
+                };
                 let extra: Vec<String> = vars
                     .iter()
                     .filter(|(k, _)| !["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(k))
                     .filter(|(k, v)| !(*k == "WARDEN_PROGRESS_FD" && v.parse::<u16>().is_ok()))
                     .filter(|(k, v)| !(*k == "GIT_DISCOVERY_ACROSS_FILESYSTEM" && *v == "1"))
                     .filter(|(k, v)| tmp.is_empty() || !in_tmp(k, v))
+                    .filter(|(k, v)| !(s.call_has("net") && proxy(k, v)))
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 Observed::new(

@@ -708,7 +708,12 @@ impl ProcessRuntime {
         };
         let ns = self.namespaces_now();
         let enforce = self.mode == SandboxMode::Enforce;
-        let proxied = ns && !walls.net.is_empty();
+        // The proxy listens in every call with a network namespace: with no
+        // `net.connect` grant it refuses every destination, so a program that
+        // honours the proxy settings (npm, pip, cargo, curl, git) fails at once
+        // with a 403 naming the grant, not after its own retries of a lookup
+        // that cannot succeed, and the refusal lands in the record and the hints.
+        let proxied = ns;
         let plan = ns.then_some(NsPlan {
             user: !self.support.root,
             ipc: true,
