@@ -895,7 +895,7 @@ fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
     let judged = policy.profiles.values().filter(|p| policy.profile.as_ref().is_none_or(|s| s.name == p.name));
     for p in judged {
         for pattern in &p.tools {
-            if !catalog.entries().any(|e| crate::policy::profile::glob(pattern, &e.spec.name)) {
+            if !catalog.entries().any(|e| crate::policy::glob::matches(pattern, &e.spec.name)) {
                 eprintln!("warning: profile {} ({}): {pattern:?} matches no tool of this policy", p.name, p.location);
             }
         }

@@ -981,7 +981,7 @@ fn compile_deny(
     for entry in &fs.unprotect {
         let Some(path) = expand_pattern(c, name, "fs.unprotect", entry, ctx) else { continue };
         match &path {
-            GrantPath::Fixed(p) if !crate::runtime::protect::is_glob(&p.to_string_lossy()) => {
+            GrantPath::Fixed(p) if !super::glob::is_glob(&p.to_string_lossy()) => {
                 if grants.iter().any(|g| g.write && under(&path, &g.path)) {
                     unprotect.push(p.clone());
                 } else {

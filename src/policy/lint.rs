@@ -547,7 +547,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
                 _ => Vec::new(),
             };
             for pattern in listed {
-                if !names.iter().any(|n| super::profile::glob(pattern, n)) {
+                if !names.iter().any(|n| super::glob::matches(pattern, n)) {
                     l.add(
                         "WL118",
                         p.get_ref().tools.span(),

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod compile;
+pub mod glob;
 pub mod lint;
 pub mod profile;
 mod schema;

@@ -16,6 +16,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::glob::{is_glob, matches_components};
+
 /// What a rule refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -88,41 +90,8 @@ impl DenyPattern {
             return self.covers(Path::new(&*path.to_string_lossy()));
         };
         let parts: Vec<&str> = text.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
-        (0..=parts.len()).any(|n| glob_components(&pat, &parts[..n]))
+        (0..=parts.len()).any(|n| matches_components(&pat, &parts[..n]))
     }
-}
-
-/// Whether the components `path` match the pattern components `pat` exactly.
-fn glob_components(pat: &[&str], path: &[&str]) -> bool {
-    match pat.split_first() {
-        None => path.is_empty(),
-        Some((&"**", rest)) => (0..=path.len()).any(|skip| glob_components(rest, &path[skip..])),
-        Some((first, rest)) => {
-            path.split_first().is_some_and(|(p, tail)| glob_one(first, p) && glob_components(rest, tail))
-        }
-    }
-}
-
-/// `*` and `?` within one component (no allocation: this runs at every
-/// access a component makes while a pattern is in force).
-fn glob_one(pat: &str, name: &str) -> bool {
-    let mut p = pat.chars();
-    match p.next() {
-        None => name.is_empty(),
-        Some('*') => {
-            let rest = p.as_str();
-            (0..=name.len()).filter(|i| name.is_char_boundary(*i)).any(|i| glob_one(rest, &name[i..]))
-        }
-        Some(c) => {
-            let mut n = name.chars();
-            n.next().is_some_and(|first| c == '?' || first == c) && glob_one(p.as_str(), n.as_str())
-        }
-    }
-}
-
-/// Whether a pattern has glob characters.
-pub fn is_glob(pattern: &str) -> bool {
-    pattern.contains(['*', '?'])
 }
 
 /// The protected and denied paths of one call.
@@ -651,7 +620,7 @@ fn glob_components_of(pat: &DenyPattern, path: &Path) -> bool {
         })
         .collect();
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    glob_components(&p, &parts)
+    matches_components(&p, &parts)
 }
 
 /// What a tool's protection would be if it were called now (no `{tmp}`;
