@@ -106,6 +106,12 @@ impl CallError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> CallError {
         CallError { code, message: message.into() }
     }
+
+    /// The result document's `error` object: `code`, `message`, `recoverable`
+    /// (every place that reports an error builds it here).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"code": self.code.as_str(), "message": self.message, "recoverable": self.code.recoverable()})
+    }
 }
 
 impl fmt::Display for CallError {

@@ -172,10 +172,7 @@ impl CallResponse {
             }
             Status::Error | Status::Cancelled => {
                 if let Some(e) = &self.error {
-                    o.insert(
-                        "error".into(),
-                        json!({"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()}),
-                    );
+                    o.insert("error".into(), e.to_json());
                 }
             }
             Status::Rejected => {

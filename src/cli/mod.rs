@@ -80,7 +80,11 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     let doc = json!({
                         "status": "error",
                         "tool": tool,
-                        "error": {"code": "INVALID_ARGS", "message": format!("ARGS is not valid JSON: {e} (line {}, column {})", e.line(), e.column()), "recoverable": true},
+                        "error": crate::error::CallError::new(
+                            crate::error::ErrorCode::InvalidArgs,
+                            format!("ARGS is not valid JSON: {e} (line {}, column {})", e.line(), e.column()),
+                        )
+                        .to_json(),
                     });
                     print_json(&doc);
                     return Ok(2);

@@ -115,7 +115,7 @@ impl Job {
                     }
                 }
                 if let Some(e) = &r.error {
-                    o.insert("error".into(), json!({"code": e.code.as_str(), "message": e.message}));
+                    o.insert("error".into(), e.to_json());
                 }
                 if full {
                     o.insert("result".into(), r.to_json());
@@ -585,7 +585,7 @@ pub fn call(jobs: &Jobs, owner: &str, name: &str, args: &JsonObject) -> Option<C
             let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
             r.structured_content = Some(json!({
                 "status": "error",
-                "error": {"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()},
+                "error": e.to_json(),
             }));
             r
         }

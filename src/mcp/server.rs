@@ -408,7 +408,7 @@ impl ServerHandler for WardenServer {
                 r.structured_content = Some(serde_json::json!({
                     "status": "error",
                     "tool": name,
-                    "error": {"code": e.code.as_str(), "message": e.message, "recoverable": e.code.recoverable()},
+                    "error": e.to_json(),
                 }));
                 return Ok(r.into());
             }

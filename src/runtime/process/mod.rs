@@ -18,6 +18,7 @@
 //! starts and applies it, judged, after the tree is gone ([`crate::runtime::layer`]).
 
 pub mod cgroup;
+pub mod fdpass;
 pub mod helper;
 pub mod init;
 pub mod landlock;

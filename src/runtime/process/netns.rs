@@ -8,8 +8,8 @@
 //! so programs may serve and connect on 127.0.0.1 and ::1 inside (test
 //! suites do).
 //!
-//! With `net.connect` grants the helper listens on [`PROXY_ADDR`] inside the
-//! namespace ([`proxy_listener`]) and sends that socket over its report
+//! In every call with a network namespace the helper listens on [`PROXY_ADDR`] inside the
+//! namespace (with no `net.connect` grant the proxy refuses every destination) ([`proxy_listener`]) and sends that socket over its report
 //! channel ([`send_listener`]), then closes its own copy: only warden holds
 //! it, and accepts on it from the host namespace (a socket keeps the
 //! namespace it was made in; accepted connections belong to it too). What a
@@ -20,10 +20,7 @@
 //!
 //! [`PROXY_ADDR`]: crate::egress::PROXY_ADDR
 
-use std::io::IoSlice;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use std::os::fd::AsRawFd;
 
 /// The marker byte sent with the proxy's listening socket.
 const WITH_LISTENER: u8 = b'P';
@@ -71,13 +68,9 @@ pub fn proxy_listener() -> Result<std::net::TcpListener, String> {
 /// Sends `listener` (or, with `None`, only the marker that there is none) on
 /// the helper's report channel.
 pub fn send_listener(channel: &impl AsRawFd, listener: Option<&std::net::TcpListener>) -> Result<(), String> {
-    let fds = listener.map(|l| [l.as_raw_fd()]);
-    let marker = [if fds.is_some() { WITH_LISTENER } else { WITHOUT_LISTENER }];
-    let iov = [IoSlice::new(&marker)];
-    let cmsg: Vec<ControlMessage<'_>> = fds.as_ref().map(|f| ControlMessage::ScmRights(f)).into_iter().collect();
-    sendmsg::<()>(channel.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
-        .map_err(|e| format!("cannot hand warden the proxy's socket: {e}"))?;
-    Ok(())
+    let marker = if listener.is_some() { WITH_LISTENER } else { WITHOUT_LISTENER };
+    super::fdpass::send(channel, marker, listener.map(AsRawFd::as_raw_fd))
+        .map_err(|e| format!("cannot hand warden the proxy's socket: {e}"))
 }
 
 /// What [`recv_listener`] read.
@@ -96,34 +89,14 @@ pub fn recv_listener(
     timeout: std::time::Duration,
 ) -> Result<Received, String> {
     let _ = channel.set_read_timeout(Some(timeout));
-    let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let (n, fd) = loop {
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        match recvmsg::<()>(channel.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(format!("no word from the sandbox helper about the proxy's socket: {e}")),
-            Ok(msg) => {
-                let mut fd = None;
-                for c in msg.cmsgs().map_err(|e| format!("bad message from the sandbox helper: {e}"))? {
-                    if let ControlMessageOwned::ScmRights(fds) = c {
-                        for raw in fds {
-                            // SAFETY: the kernel just installed `raw` in this process for us; nothing else owns it.
-                            #[allow(unsafe_code)]
-                            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                            fd.get_or_insert(owned);
-                        }
-                    }
-                }
-                break (msg.bytes, fd);
-            }
-        }
-    };
+    let got = super::fdpass::recv(channel)
+        .map_err(|e| format!("no word from the sandbox helper about the proxy's socket: {e}"));
     let _ = channel.set_read_timeout(None);
-    Ok(match (n, byte[0], fd) {
-        (0, _, _) => Received::None,
-        (_, WITH_LISTENER, Some(fd)) => Received::Listener(std::net::TcpListener::from(fd)),
-        (_, WITH_LISTENER | WITHOUT_LISTENER, _) => Received::None,
-        (_, other, _) => Received::Report(other),
+    let super::fdpass::Received { marker, fd } = got?;
+    Ok(match (marker, fd) {
+        (None, _) => Received::None,
+        (Some(WITH_LISTENER), Some(fd)) => Received::Listener(std::net::TcpListener::from(fd)),
+        (Some(WITH_LISTENER | WITHOUT_LISTENER), _) => Received::None,
+        (Some(other), _) => Received::Report(other),
     })
 }

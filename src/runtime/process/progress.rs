@@ -24,13 +24,11 @@
 //! [`DRAIN_GRACE`], whichever is first, so a descriptor kept open elsewhere
 //! cannot make the call wait.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::runtime::progress::{ProgressCounts, Reporter, parse_line};
 
@@ -65,42 +63,16 @@ impl ProgressPipe {
 
 /// Sends `fd` to the helper on its socket, with a marker byte.
 pub fn send_fd(channel: &impl AsRawFd, fd: &OwnedFd, what: &str) -> Result<(), String> {
-    let fds = [fd.as_raw_fd()];
-    let marker = [WITH_FD];
-    let iov = [IoSlice::new(&marker)];
-    sendmsg::<()>(channel.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-        .map_err(|e| format!("cannot hand the helper {what}: {e}"))?;
-    Ok(())
+    super::fdpass::send(channel, WITH_FD, Some(fd.as_raw_fd()))
+        .map_err(|e| format!("cannot hand the helper {what}: {e}"))
 }
 
 /// Receives the descriptor [`send_fd`] sent (close-on-exec until the helper
 /// clears it for the tool).
 pub fn recv_fd(channel: &impl AsRawFd, what: &str) -> Result<OwnedFd, String> {
-    let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    loop {
-        let mut iov = [IoSliceMut::new(&mut byte)];
-        match recvmsg::<()>(channel.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(format!("cannot receive {what}: {e}")),
-            Ok(msg) => {
-                let mut got = None;
-                for c in msg.cmsgs().map_err(|e| format!("bad message from warden: {e}"))? {
-                    if let ControlMessageOwned::ScmRights(fds) = c {
-                        for raw in fds {
-                            // SAFETY: the kernel just installed `raw` in this process; nothing else owns it.
-                            #[allow(unsafe_code)]
-                            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                            got.get_or_insert(owned);
-                        }
-                    }
-                }
-                return match (msg.bytes, byte[0], got) {
-                    (1, WITH_FD, Some(fd)) => Ok(fd),
-                    _ => Err(format!("warden did not send {what}")),
-                };
-            }
-        }
+    match super::fdpass::recv(channel).map_err(|e| format!("cannot receive {what}: {e}"))? {
+        super::fdpass::Received { marker: Some(WITH_FD), fd: Some(fd) } => Ok(fd),
+        _ => Err(format!("warden did not send {what}")),
     }
 }
 
