@@ -13,7 +13,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use serde_json::{Map, Value, json};
@@ -870,32 +870,6 @@ fn command_argv(
 
 /// Joins `raw` to `base` and removes `.` and `..` lexically; `None` if it climbs above `/`.
 fn normalize(base: &Path, raw: &str) -> Option<PathBuf> {
-    let p = Path::new(raw);
-    let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir if !out.pop() => {
-                return None;
-            }
-            Component::Normal(s) => out.push(s),
-            _ => {}
-        }
-    }
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::normalize;
-    use std::path::{Path, PathBuf};
-
-    #[test]
-    fn normalize_resolves_dots_lexically() {
-        let ws = Path::new("/w/s");
-        assert_eq!(normalize(ws, "a/../b"), Some(PathBuf::from("/w/s/b")));
-        assert_eq!(normalize(ws, "../x"), Some(PathBuf::from("/w/x")));
-        assert_eq!(normalize(ws, "/etc/passwd"), Some(PathBuf::from("/etc/passwd")));
-        assert_eq!(normalize(ws, "../../../.."), None);
-    }
+    let (path, above) = crate::paths::lexical(base, Path::new(raw));
+    (!above).then_some(path)
 }

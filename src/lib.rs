@@ -44,6 +44,7 @@ pub mod executor;
 pub mod fuzzing;
 pub mod lock;
 pub mod mcp;
+pub mod paths;
 pub mod policy;
 pub mod runtime;
 pub mod shape;

@@ -435,7 +435,8 @@ impl Protection {
                         None => continue,
                     }
                 };
-                let path: PathBuf = normalise(&path);
+                // As the kernel will resolve it when git opens it (`..` at `/` stays there).
+                let path: PathBuf = crate::paths::lexical(Path::new("/"), &path).0;
                 let Some(r) = roots.iter().find(|r| path.starts_with(r)) else { continue };
                 if key == "path" {
                     self.push(r, &path, Deny::Write, "protected: a git config file includes it");
@@ -478,21 +479,6 @@ fn fs_kind(path: &Path) -> Option<FileKind> {
     } else {
         FileKind::File
     })
-}
-
-/// `a/./b/../c` as `a/c`, lexically.
-fn normalise(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// The git directory a `.git` entry stands for: itself, or where a `.git` file points.
