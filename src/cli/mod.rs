@@ -231,23 +231,7 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
     use crate::checkup::{Report, escapes, host::HostReport, sarif, selftest, tool_layers};
     use crate::policy::lint::{Severity, Surroundings, lint};
     let ctx = context(cli)?;
-    let (text, origin, dir) = match &cli.policy {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| fail(2, format!("cannot read the policy {}: {e}", p.display())))?;
-            (text, p.display().to_string(), p.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".")))
-        }
-        None if Path::new("warden.toml").is_file() => {
-            let text = std::fs::read_to_string("warden.toml")
-                .map_err(|e| fail(2, format!("cannot read ./warden.toml: {e}")))?;
-            (text, "warden.toml".to_string(), PathBuf::from("."))
-        }
-        None => (
-            crate::policy::DEFAULT_POLICY.to_string(),
-            crate::policy::DEFAULT_POLICY_NAME.to_string(),
-            PathBuf::from("."),
-        ),
-    };
+    let (text, origin, dir) = policy_source(cli)?;
     let host = HostReport::probe();
     let mut loaded = Policy::from_text(&text, &origin, &dir, &ctx);
     if let Ok(policy) = &mut loaded {
@@ -742,13 +726,31 @@ fn context(cli: &Cli) -> Result<Context, Failure> {
         .map_err(|e| fail(2, format!("workspace {}: {e} (pass an existing --workspace)", ws.display())))
 }
 
-fn load_policy(cli: &Cli, ctx: &Context) -> Result<Policy, Failure> {
-    let result = match &cli.policy {
-        Some(p) => Policy::load(p, ctx),
-        None if Path::new("warden.toml").is_file() => Policy::load(Path::new("warden.toml"), ctx),
-        None => Policy::embedded_default(ctx),
+/// The policy's text, its name in messages and the directory relative paths
+/// in it start from: `--policy`, else `./warden.toml`, else the embedded
+/// default (the one place that decides).
+fn policy_source(cli: &Cli) -> Result<(String, String, PathBuf), Failure> {
+    let path = match &cli.policy {
+        Some(p) => p.clone(),
+        None if Path::new("warden.toml").is_file() => PathBuf::from("warden.toml"),
+        None => {
+            return Ok((
+                crate::policy::DEFAULT_POLICY.to_string(),
+                crate::policy::DEFAULT_POLICY_NAME.to_string(),
+                PathBuf::from("."),
+            ));
+        }
     };
-    let mut policy = result.map_err(|e| fail(2, e.to_string()))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        fail(2, format!("cannot read the policy {}: {e} (pass an existing file with --policy)", path.display()))
+    })?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf);
+    Ok((text, path.display().to_string(), dir.unwrap_or_else(|| PathBuf::from("."))))
+}
+
+fn load_policy(cli: &Cli, ctx: &Context) -> Result<Policy, Failure> {
+    let (text, origin, dir) = policy_source(cli)?;
+    let mut policy = Policy::from_text(&text, &origin, &dir, ctx).map_err(|e| fail(2, e.to_string()))?;
     with_profile(cli, &mut policy)?;
     policy.own_files.extend(own_files(cli));
     Ok(policy)
