@@ -15,6 +15,11 @@ use std::process::{Command, Stdio};
 /// Every target, in the order they run.
 pub const TARGETS: &[&str] = &["policy", "exec_input", "args_and_shape", "mcp_frame"];
 
+/// Codegen units for the fuzz build (cargo-fuzz defaults to 1 outside `--dev`,
+/// which makes the build several minutes longer on a small machine; the runs
+/// are a little slower). `run` must pass the same, or it builds everything again.
+const CODEGEN_UNITS: &str = "16";
+
 /// `cargo xtask fuzz` usage.
 pub const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]   (targets: policy, exec_input, \
                          args_and_shape, mcp_frame; default: all, 60 s each)";
@@ -72,7 +77,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     // libFuzzer's coverage guidance and the invariant checks are what find bugs).
     let status = nightly()
         .current_dir(root)
-        .args(["fuzz", "build", "--sanitizer", "none", "--fuzz-dir"])
+        .args(["fuzz", "build", "--sanitizer", "none", "--codegen-units", CODEGEN_UNITS, "--fuzz-dir"])
         .arg(&fuzz_dir)
         .env("WARDEN_PLUGIN_DIR", &plugins)
         .status()
@@ -88,7 +93,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
         eprintln!("== fuzzing {target} for {seconds} s");
         let out = nightly()
             .current_dir(root)
-            .args(["fuzz", "run", "--sanitizer", "none", "--fuzz-dir"])
+            .args(["fuzz", "run", "--sanitizer", "none", "--codegen-units", CODEGEN_UNITS, "--fuzz-dir"])
             .arg(&fuzz_dir)
             .env("WARDEN_PLUGIN_DIR", &plugins)
             .arg(target)
