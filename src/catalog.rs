@@ -411,7 +411,7 @@ fn poisoned(spec: &ToolSpec, owner: &str, def: &ToolDef) -> Result<(), CallError
     let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else {
         return Ok(());
     };
-    if p.in_description && spec.description.is_some() {
+    if p.answered_by(Some(spec)) {
         return Ok(());
     }
     let what = if p.in_description {
@@ -444,6 +444,22 @@ fn find<'d>(defs: &'d [ToolDef], name: &str, owner: impl Fn() -> String) -> Resu
     })
 }
 
+/// A tool's input schema as warden uses it, or why it cannot be used: at
+/// most [`MAX_SCHEMA_BYTES`], JSON, an object schema (`"type": "object"`, as
+/// MCP requires) and valid JSON Schema 2020-12. The one check the catalog and
+/// `warden plugin inspect` apply.
+pub fn input_schema(text: &str) -> Result<(Value, jsonschema::Validator), String> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(format!("larger than {MAX_SCHEMA_BYTES} bytes"));
+    }
+    let schema: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the schema must describe an object (\"type\": \"object\")".into());
+    }
+    let validator = jsonschema::draft202012::new(&schema).map_err(|e| e.to_string())?;
+    Ok((schema, validator))
+}
+
 /// Compiles a tool's input schema and finishes its entry.
 fn compile(
     spec: &ToolSpec,
@@ -458,11 +474,7 @@ fn compile(
             format!("tool {}: {source} gave an unusable input schema: {why}", spec.name),
         )
     };
-    if schema_text.len() > MAX_SCHEMA_BYTES {
-        return Err(bad_schema(format!("larger than {MAX_SCHEMA_BYTES} bytes")));
-    }
-    let schema: Value = serde_json::from_str(schema_text).map_err(|e| bad_schema(e.to_string()))?;
-    let validator = jsonschema::draft202012::new(&schema).map_err(|e| bad_schema(e.to_string()))?;
+    let (schema, validator) = input_schema(schema_text).map_err(bad_schema)?;
     let path_args = schema
         .get("properties")
         .and_then(Value::as_object)

@@ -304,10 +304,7 @@ fn poisoned_definitions(
     let mut out = Vec::new();
     let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::wasm::ToolDef| {
         let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { return };
-        let entry = policy.tools.get(&name);
-        if entry.is_some_and(|t| t.tier == Tier::Deny)
-            || (p.in_description && entry.is_some_and(|t| t.description.is_some()))
-        {
+        if p.answered_by(policy.tools.get(&name)) {
             return;
         }
         out.push((section, owner.to_string(), name, p));
@@ -430,10 +427,7 @@ fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
     let mut poisoned = Vec::new();
     for (key, (_, name, def)) in &found {
         let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };
-        let entry = policy.tools.get(name);
-        if entry.is_some_and(|t| t.tier == Tier::Deny)
-            || (p.in_description && entry.is_some_and(|t| t.description.is_some()))
-        {
+        if p.answered_by(policy.tools.get(name)) {
             continue;
         }
         poisoned.push(format!("{key}: {} (tool poisoning)", p.why));
@@ -610,7 +604,8 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
                             "description": sanitize(&t.description),
                             "input_schema": serde_json::from_str::<Value>(&t.input_schema).unwrap_or(Value::Null),
                             "schema_error": schema_error(&t.input_schema),
-                            "poisoning": crate::policy::lint::poisoning(&t.description),
+                            "poisoning": crate::policy::lint::definition_poisoning(&t.description, &t.input_schema)
+                                .map(|p| p.why),
                         })
                     })
                     .collect();
@@ -634,8 +629,8 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
             Ok(tools) => {
                 for t in tools {
                     println!("  {:<20} {}", sanitize(&t.name), sanitize(&t.description));
-                    if let Some(why) = crate::policy::lint::poisoning(&t.description) {
-                        println!("  {:<20} WARNING: the description {why} (tool poisoning)", "");
+                    if let Some(p) = crate::policy::lint::definition_poisoning(&t.description, &t.input_schema) {
+                        println!("  {:<20} WARNING: {} (tool poisoning)", "", sanitize(&p.why));
                     }
                     println!("  {:<20} input schema: {}", "", sanitize(&t.input_schema));
                     if let Some(why) = schema_error(&t.input_schema) {
@@ -680,17 +675,10 @@ fn inspect_command(file: &Path, sha256: &str, size: usize, imports: &[String], a
     Ok(0)
 }
 
-/// Why a tool's input schema cannot be used (not JSON, not a JSON Schema 2020-12
-/// object schema), or `None` when warden can validate arguments with it.
+/// Why a tool's input schema cannot be used, or `None` when warden can
+/// validate arguments with it (the catalog's own check).
 fn schema_error(text: &str) -> Option<String> {
-    let schema: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return Some(format!("not JSON: {e}")),
-    };
-    if schema.get("type").and_then(Value::as_str) != Some("object") {
-        return Some("the schema must describe an object (\"type\": \"object\")".into());
-    }
-    jsonschema::draft202012::new(&schema).err().map(|e| e.to_string())
+    crate::catalog::input_schema(text).err()
 }
 
 /// `p` made absolute against the current directory (lexically; it may not exist yet).

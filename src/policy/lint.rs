@@ -412,6 +412,16 @@ pub struct Poisoned {
     pub why: String,
 }
 
+impl Poisoned {
+    /// Whether the policy's entry for the tool makes the definition harmless:
+    /// the tool is denied, or the finding is in the description and the policy
+    /// gives one of its own (an input schema cannot be replaced). The one rule
+    /// the catalog, `warden lock` and `warden audit` (WL111) apply.
+    pub fn answered_by(&self, entry: Option<&super::ToolSpec>) -> bool {
+        entry.is_some_and(|t| t.tier == Tier::Deny || (self.in_description && t.description.is_some()))
+    }
+}
+
 /// Why a plugin's or server's tool definition looks like tool poisoning
 /// (issue 19): its description, or any string of its input schema (property
 /// descriptions, titles, defaults, enum values and names all reach the model).
