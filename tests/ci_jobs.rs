@@ -291,6 +291,66 @@ fn without_a_network_grant_the_proxy_refuses_at_once_naming_the_grant() {
     assert_eq!(record["sandbox"]["egress"], "loopback", "{record}");
 }
 
+/// A wrapped MCP server that fails after a refusal gets the same hints as a
+/// process tool (issue 32): from what it answered and what it wrote to stderr
+/// during the call, naming the server and the `fs.read` line; a path inside
+/// its grants gets none.
+#[test]
+fn a_wrapped_servers_refusal_names_the_grant() {
+    let env = Env::new();
+    let server = env.write(
+        "srv.py",
+        r#"import json, sys
+def answer(req):
+    m, p = req.get("method"), req.get("params") or {}
+    if m == "initialize":
+        return {"protocolVersion": p.get("protocolVersion", "2025-06-18"), "capabilities": {"tools": {}},
+                "serverInfo": {"name": "srv", "version": "1"}}
+    if m == "tools/list":
+        schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+        return {"tools": [{"name": "cat", "description": "Print a file", "inputSchema": schema}]}
+    if m == "tools/call":
+        try:
+            with open(p["arguments"]["path"]) as f:
+                return {"content": [{"type": "text", "text": f.read()}], "isError": False}
+        except OSError as e:
+            print(f"cat: {e}", file=sys.stderr, flush=True)
+            return {"content": [{"type": "text", "text": f"cannot read it: {e.strerror}"}], "isError": True}
+    return {}
+for line in sys.stdin:
+    req = json.loads(line)
+    if "id" in req:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": answer(req)}) + "\n")
+        sys.stdout.flush()
+"#,
+    );
+    env.write(
+        "srv.toml",
+        &format!(
+            "version = 1\n\n[servers.srv]\nexec = [\"/usr/bin/python3\", {:?}]\ntier = \"auto\"\n\
+             fs.read = [\"{{system}}\", \"{{workspace}}\"]\n",
+            server.display().to_string()
+        ),
+    );
+    env.write("here.txt", "inside\n");
+    let r = env.run(&["--policy", "srv.toml", "call", "srv__cat", r#"{"path":"here.txt"}"#]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = env.run(&["--policy", "srv.toml", "call", "srv__cat", r#"{"path":"/opt/warden-absent/tool.conf"}"#]);
+    assert_ne!(r.code, 0, "{r:?}");
+    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains(
+            "hint: the program was refused /opt/warden-absent/tool.conf, outside every grant of srv: if it needs \
+             it, add \"/opt/warden-absent/tool.conf\""
+        ) && message.contains("fs.read"),
+        "{r:?}"
+    );
+    assert_eq!(message.matches("hint:").count(), 1, "once: {message}");
+    let r = env.run(&["--policy", "srv.toml", "call", "srv__cat", r#"{"path":"absent-here.txt"}"#]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("hint:"), "a path inside its grants names no grant: {r:?}");
+}
+
 /// Hints at the wall (issue 32): a run that failed after the sandbox refused
 /// a path outside its grants, a program not on its PATH and a name it cannot
 /// resolve ends with one line each on stderr naming the key and the value;

@@ -28,6 +28,8 @@ use crate::runtime::process::ServerProcess;
 pub const MAX_MESSAGE: usize = 16 << 20;
 /// How much of a server's stderr is kept for messages.
 const STDERR_TAIL: usize = 4096;
+/// How long a failed call waits for the server's stderr to be read to its end.
+const STDERR_SETTLE: Duration = Duration::from_millis(200);
 /// How long a write to a server that does not read may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiting request looks at its cancel switch.
@@ -58,7 +60,9 @@ pub struct Connection {
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
     ended: Arc<Mutex<Option<String>>>,
-    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Tail>>,
+    /// The stderr pipe's read end (a copy), to see whether bytes wait unread.
+    stderr_fd: std::os::fd::OwnedFd,
     /// Stopped and reaped by the reader when stdout ends, or on drop.
     process: Arc<Mutex<ServerProcess>>,
     /// When it started.
@@ -86,11 +90,14 @@ impl Connection {
         let progress: Progress = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let ended = Arc::new(Mutex::new(None));
-        let tail = Arc::new(Mutex::new(Vec::new()));
+        let tail = Arc::new(Mutex::new(Tail::default()));
         let process = Arc::new(Mutex::new(process));
         let replies = stdin
             .try_clone()
             .map_err(|e| CallError::new(ErrorCode::Internal, format!("server {name}: cannot clone its stdin: {e}")))?;
+        let stderr_fd = std::os::fd::AsFd::as_fd(&stderr)
+            .try_clone_to_owned()
+            .map_err(|e| CallError::new(ErrorCode::Internal, format!("server {name}: cannot clone its stderr: {e}")))?;
         {
             let tail = tail.clone();
             std::thread::Builder::new()
@@ -108,7 +115,7 @@ impl Connection {
                     let why = read_messages(stdout, replies, &pending, &progress);
                     alive.store(false, Ordering::SeqCst);
                     let status = lock(&process).stop_after(Duration::from_millis(500));
-                    let said = String::from_utf8_lossy(&lock(&tail)).trim().to_string();
+                    let said = String::from_utf8_lossy(&lock(&tail).bytes).trim().to_string();
                     let said = if said.is_empty() { String::new() } else { format!("; its stderr ends: {said}") };
                     *lock(&ended) = Some(format!("server {name} {why} ({status}){said}"));
                     // Waiting requests see the closed channel and read `ended`.
@@ -125,6 +132,7 @@ impl Connection {
             alive,
             ended,
             stderr: tail,
+            stderr_fd,
             process,
             started: Instant::now(),
         })
@@ -158,7 +166,30 @@ impl Connection {
 
     /// The last bytes the server wrote to stderr.
     pub fn stderr_tail(&self) -> String {
-        String::from_utf8_lossy(&lock(&self.stderr)).to_string()
+        String::from_utf8_lossy(&lock(&self.stderr).bytes).to_string()
+    }
+
+    /// How many bytes the server has written to stderr so far (a mark for [`Connection::stderr_since`]).
+    pub fn stderr_mark(&self) -> u64 {
+        lock(&self.stderr).total
+    }
+
+    /// What the server wrote to stderr since `mark`, as far as the kept tail
+    /// reaches, once the pipe holds nothing unread (the reader appends what it
+    /// reads under the tail's lock, so an empty pipe under that lock means every
+    /// byte written so far is in the tail), waiting at most [`STDERR_SETTLE`].
+    pub fn stderr_since(&self, mark: u64) -> String {
+        let deadline = Instant::now() + STDERR_SETTLE;
+        loop {
+            let t = lock(&self.stderr);
+            let unread = rustix::io::ioctl_fionread(&self.stderr_fd).unwrap_or(0);
+            if unread == 0 || Instant::now() >= deadline {
+                let new = usize::try_from(t.total.saturating_sub(mark)).unwrap_or(usize::MAX).min(t.bytes.len());
+                return String::from_utf8_lossy(&t.bytes[t.bytes.len() - new..]).to_string();
+            }
+            drop(t);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn send(&self, message: &Value) -> Result<(), CallError> {
@@ -347,18 +378,34 @@ fn read_messages(stdout: impl Read, mut replies: UnixStream, pending: &Pending, 
     }
 }
 
-/// Keeps the last [`STDERR_TAIL`] bytes of `stderr` in `tail`.
-fn keep_tail(mut stderr: impl Read, tail: &Mutex<Vec<u8>>) {
+/// The last [`STDERR_TAIL`] bytes a server wrote to stderr, and how many it wrote in all.
+#[derive(Default)]
+struct Tail {
+    bytes: Vec<u8>,
+    total: u64,
+}
+
+/// Keeps the last [`STDERR_TAIL`] bytes of `stderr` in `tail`: waits until
+/// the pipe is readable, then reads and appends under the tail's lock (see
+/// [`Connection::stderr_since`]).
+fn keep_tail(mut stderr: std::process::ChildStderr, tail: &Mutex<Tail>) {
     let mut buf = [0u8; 8192];
     loop {
+        let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&stderr), nix::poll::PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        let mut t = lock(tail);
         match stderr.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => {
-                let mut t = lock(tail);
-                t.extend_from_slice(&buf[..n]);
-                if t.len() > STDERR_TAIL {
-                    let cut = t.len() - STDERR_TAIL;
-                    t.drain(..cut);
+                t.bytes.extend_from_slice(&buf[..n]);
+                t.total += n as u64;
+                if t.bytes.len() > STDERR_TAIL {
+                    let cut = t.bytes.len() - STDERR_TAIL;
+                    t.bytes.drain(..cut);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

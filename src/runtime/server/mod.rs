@@ -87,7 +87,42 @@ struct Live {
     sandbox: SandboxReport,
     /// What its egress proxy saw, drained after each call.
     journal: Arc<crate::egress::Journal>,
+    /// Its grants, for the hints of a call that failed.
+    grants: Arc<HintGrants>,
     _tmp: Option<CallTmp>,
+}
+
+/// A server's grants as [`crate::runtime::hints`] reads them.
+struct HintGrants {
+    name: String,
+    dirs: Vec<(PathBuf, bool)>,
+    links: Vec<PathBuf>,
+    net: bool,
+    protected: Vec<PathBuf>,
+}
+
+impl HintGrants {
+    fn of(name: &str, walls: &Walls) -> HintGrants {
+        HintGrants {
+            name: name.to_string(),
+            dirs: walls.dirs.clone(),
+            links: walls.links.clone(),
+            net: !walls.net.is_empty(),
+            protected: walls.protect.rules.iter().map(|r| r.path.clone()).collect(),
+        }
+    }
+
+    /// The hints for what the server said while a call failed.
+    fn hints(&self, said: &str) -> Vec<String> {
+        let g = crate::runtime::hints::Grants {
+            tool: &self.name,
+            dirs: &self.dirs,
+            links: &self.links,
+            net: self.net,
+            protected: &self.protected,
+        };
+        crate::runtime::hints::from_stderr(&g, said)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -158,14 +193,14 @@ impl ServerPool {
         cancel: &Cancel,
         tap: Option<&OutputTap>,
     ) -> Result<(RunOutput, SandboxReport), CallError> {
-        let (conn, sandbox) = {
+        let (conn, sandbox, grants) = {
             let slot = self.slot(&spec.name);
             let mut slot = lock(&slot);
             self.ensure(spec, &mut slot, spec.limits.timeout)?;
             let live = slot.live.as_ref().ok_or_else(|| {
                 CallError::new(ErrorCode::Internal, format!("server {}: not running after a start", spec.name))
             })?;
-            (live.conn.clone(), live.sandbox.clone())
+            (live.conn.clone(), live.sandbox.clone(), live.grants.clone())
         };
         // With a tap (`warden call --stream`), the server's progress shows as lines as it comes.
         let name = format!("{}{}{tool}", spec.name, crate::policy::SERVER_TOOL_SEPARATOR);
@@ -176,6 +211,7 @@ impl ServerPool {
         };
         let params = json!({"name": tool, "arguments": args});
         let on_progress: Option<&dyn Fn(&Value)> = if tap.is_some() { Some(&show) } else { None };
+        let mark = conn.stderr_mark();
         let result = conn.request_with_progress("tools/call", params, spec.limits.timeout, cancel, on_progress);
         // What it wrote while answering reaches the real tree now, judged.
         let applied = conn.apply_layer();
@@ -189,9 +225,12 @@ impl ServerPool {
         let usage = Usage { output_bytes, ..Usage::default() };
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
             let text = text_of(&result);
+            // What it answered and what it wrote to stderr meanwhile: the grant a refusal needs.
+            let hints = grants.hints(&format!("{text}\n{}", conn.stderr_since(mark)));
+            let hints: String = hints.iter().map(|h| format!("; hint: {h}")).collect();
             return Err(CallError::new(
                 ErrorCode::ExecutionFailed,
-                format!("{}__{tool}: the server reports an error: {text}{note}", spec.name),
+                format!("{}__{tool}: the server reports an error: {text}{note}{hints}", spec.name),
             ));
         }
         let mut value = json!({"content": result.get("content").cloned().unwrap_or_else(|| json!([]))});
@@ -280,12 +319,12 @@ impl ServerPool {
         lock(&self.spawner)
             .send(job)
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))?;
-        let (process, sandbox, tmp, journal, program_hint) = rx
+        let Started { process, sandbox, tmp, journal, program_hint, grants } = rx
             .recv()
             .map_err(|_| CallError::new(ErrorCode::Internal, "the server spawner thread is gone".to_string()))??;
         let conn = Arc::new(Connection::new(&spec.name, process)?);
         let tools = handshake(&conn, &spec.name).map_err(|e| start_failure(spec, e, &conn, program_hint))?;
-        Ok((Live { conn, sandbox, journal, _tmp: tmp }, tools))
+        Ok((Live { conn, sandbox, journal, grants: Arc::new(grants), _tmp: tmp }, tools))
     }
 }
 
@@ -340,15 +379,20 @@ fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hin
     CallError::new(e.code, message)
 }
 
-/// A server process, the sandbox it runs in, its `{tmp}` (removed with it),
-/// its egress journal, and which path of its program no read grant covers.
-type Started = (
-    crate::runtime::process::ServerProcess,
-    SandboxReport,
-    Option<CallTmp>,
-    Arc<crate::egress::Journal>,
-    Option<String>,
-);
+/// A server process as the spawner thread started it.
+struct Started {
+    process: crate::runtime::process::ServerProcess,
+    /// The sandbox it runs in.
+    sandbox: SandboxReport,
+    /// Its `{tmp}`, removed with it.
+    tmp: Option<CallTmp>,
+    /// Its egress journal.
+    journal: Arc<crate::egress::Journal>,
+    /// Which path of its program no read grant covers.
+    program_hint: Option<String>,
+    /// Its grants, for hints.
+    grants: HintGrants,
+}
 
 /// Spawns the server's confined process from the calling thread (the spawner:
 /// see the module docs for why).
@@ -364,7 +408,14 @@ fn start_on_this_thread(
     let owner = format!("[servers.{}]", spec.name);
     let program_hint = spec.exec.argv.first().and_then(|p| program::hint(std::path::Path::new(p), &granted, &owner));
     let started = processes.start_server(&spec.name, &spec.exec, &walls, tmp.as_ref().map(|t| t.path.as_path()))?;
-    Ok((started.process, started.sandbox, tmp, walls.journal.clone(), program_hint))
+    Ok(Started {
+        process: started.process,
+        sandbox: started.sandbox,
+        tmp,
+        journal: walls.journal.clone(),
+        program_hint,
+        grants: HintGrants::of(&spec.name, &walls),
+    })
 }
 
 /// `initialize`, `notifications/initialized`, then every page of `tools/list`.
