@@ -10,7 +10,13 @@ pub fn is_glob(pattern: &str) -> bool {
 
 /// Whether `name` matches `pattern`: `*` any run of characters (none
 /// included), `?` exactly one, anything else itself.
+///
+/// No allocation for ASCII (the wasm guard matches every path a component
+/// opens while a pattern is in force); other text is compared by characters.
 pub fn matches(pattern: &str, name: &str) -> bool {
+    if pattern.is_ascii() && name.is_ascii() {
+        return wildcard(pattern.as_bytes(), name.as_bytes(), |c| *c == b'*', |pc, nc| *pc == b'?' || pc == nc);
+    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
     wildcard(&p, &n, |c| *c == '*', |pc, nc| *pc == '?' || pc == nc)
