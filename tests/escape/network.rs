@@ -697,6 +697,64 @@ pub(crate) fn cases() -> Vec<Case> {
             },
         ),
         c(
+            "net-proxy-nogrant/process",
+            "process",
+            "no network grant, through the proxy that listens in every call with a network namespace: CONNECT \
+             127.0.0.1:A and localhost:A, SOCKS5 to 127.0.0.1:A, GET http://127.0.0.1:A/, and CONNECT to a name \
+             (warden-escape.invalid:443) that would make the host look it up",
+            "each refused (403 / SOCKS 2) before any lookup or connection (the record's reason: no grant); A sees \
+             nothing; without a namespace the proxy is not there (EPERM)",
+            |s| {
+                let a = Tcp::new();
+                let pa = a.port();
+                let ws = s.ws("proxy-nogrant");
+                let log = s.log_file();
+                let said = net_probe_logged(
+                    s,
+                    &ws,
+                    &log,
+                    &[],
+                    false,
+                    &format!(
+                        "attempt('connect', lambda: via_connect('127.0.0.1:{pa}'))\n\
+                         attempt('connect_name', lambda: via_connect('localhost:{pa}'))\n\
+                         attempt('socks', lambda: via_socks('127.0.0.1', {pa}))\n\
+                         attempt('forward', lambda: via_get('http://127.0.0.1:{pa}/', '127.0.0.1:{pa}'))\n\
+                         attempt('lookup', lambda: via_connect('warden-escape.invalid:443'))\n"
+                    ),
+                );
+                let listeners = [("A", a.arrived(), 0)];
+                if !netns(s) {
+                    let e: &[&str] = &["refused EPERM"];
+                    let wants: Vec<Want<'_>> =
+                        ["connect", "connect_name", "socks", "forward", "lookup"].map(|n| (n, e)).to_vec();
+                    return verdict(&said, &wants, &listeners);
+                }
+                let mut o = verdict(
+                    &said,
+                    &[
+                        ("connect", FORBIDDEN),
+                        ("connect_name", FORBIDDEN),
+                        ("socks", SOCKS_REFUSED),
+                        ("forward", FORBIDDEN),
+                        ("lookup", FORBIDDEN),
+                    ],
+                    &listeners,
+                );
+                // Refused on the grant, before the name was resolved on the host.
+                let record = last_record(&log);
+                let attempts = record["network"]["attempts"].as_array().cloned().unwrap_or_default();
+                let unlooked = attempts.iter().any(|t| {
+                    t["host"] == "warden-escape.invalid"
+                        && t["allowed"] == false
+                        && t["reason"].as_str().is_some_and(|r| r.contains("has no grant"))
+                });
+                o.contained &= unlooked && attempts.iter().all(|t| t["allowed"] == false);
+                o.observed = format!("{}; the name refused on the grant: {unlooked}", o.observed);
+                o
+            },
+        ),
+        c(
             "net-dns-granted/process",
             "process",
             "with net.connect = [\"example.com:443\", \"127.0.0.1:A\"] (a grant by name, which used to open UDP for \
