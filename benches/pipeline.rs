@@ -384,7 +384,7 @@ fn main() {
         log,
         warden::Options {
             cache_dir: Some(cache.clone()),
-            sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()),
+            sandbox_helper: Some(std::path::Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-sandbox")),
         },
     )
     .unwrap();
@@ -428,7 +428,7 @@ fn main() {
         },
         warden::Options {
             cache_dir: Some(cache.clone()),
-            sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()),
+            sandbox_helper: Some(std::path::Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-sandbox")),
         },
     )
     .unwrap();

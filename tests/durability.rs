@@ -173,7 +173,10 @@ fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
         Policy::from_text(&text, "default", Path::new("."), &ctx).unwrap(),
         Approver::new(ApproveMode::Yes),
         log,
-        warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) },
+        warden::Options {
+            cache_dir: None,
+            sandbox_helper: Some(std::path::Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-sandbox")),
+        },
     )
     .unwrap();
     let shell = |command: &str| exec.call(ToolCall::new("shell", json!({ "command": command })));

@@ -904,8 +904,10 @@ fn a_cancelled_call_leaves_no_process_behind() {
     let policy = warden::Policy::load(Path::new(&path), &ctx).unwrap();
     std::fs::create_dir_all(env.log.parent().unwrap()).unwrap();
     let log = warden::audit::AuditLog::open(&env.log).unwrap();
-    let options =
-        warden::Options { cache_dir: None, sandbox_helper: Some(env!("CARGO_BIN_EXE_warden-sandbox").into()) };
+    let options = warden::Options {
+        cache_dir: None,
+        sandbox_helper: Some(std::path::Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-sandbox")),
+    };
     let exec = warden::Executor::new(policy, Approver::new(ApproveMode::Deny), log, options).unwrap();
     let marker = "cancelmark-5e1d";
     let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None, run: None };

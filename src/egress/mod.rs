@@ -85,8 +85,7 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
         .map_err(Clone::clone)
 }
 
-/// Where the proxy listens inside the call's network namespace.
-pub const PROXY_ADDR: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
+pub use warden_sandbox::netns::PROXY_ADDR;
 
 /// The environment variables that point programs at the proxy (both cases of
 /// the standard ones, and those npm, yarn, pip, cargo and Node read instead).

@@ -29,23 +29,14 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 use rustix::io::Errno;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::persist::{self, Change, Judge, Kind, Verdict, View};
 
 /// The xattrs overlayfs keeps its own state in (as root, and in a user namespace).
 const OVERLAY_XATTRS: [&str; 2] = ["trusted.overlay.", "user.overlay."];
 
-/// One write grant's layer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LayerRoot {
-    /// The real directory (canonical): the overlay's lower layer, and where it is mounted.
-    pub root: PathBuf,
-    /// What the tool wrote.
-    pub upper: PathBuf,
-    /// overlayfs's own scratch directory (same file system as `upper`).
-    pub work: PathBuf,
-}
+pub use warden_sandbox::rules::LayerRoot;
 
 /// How [`Layer::apply`] hands the changes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

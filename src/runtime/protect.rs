@@ -18,54 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::glob::{is_glob, matches_components};
 
-/// What a rule refuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Deny {
-    /// No read, no write, no listing inside (`fs.deny_read`).
-    Read,
-    /// Read-only: no write, create, remove, rename or link (protected paths, `fs.deny_write`).
-    Write,
-}
-
-impl Deny {
-    /// `deny_read` or `read_only`, for reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Deny::Read => "deny_read",
-            Deny::Write => "read_only",
-        }
-    }
-}
-
-/// Whether a rule's path is, or will be made, a directory or a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A directory (and everything beneath it).
-    Dir,
-    /// A single file.
-    File,
-    /// Does not exist: nothing may be created there (what a process call
-    /// makes there stays in its layer: [`super::layer`]).
-    Absent,
-}
-
-/// One concrete path of one call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PathRule {
-    /// Absolute and canonical in its parent (the last component is never followed).
-    pub path: PathBuf,
-    /// What is refused there.
-    pub deny: Deny,
-    /// What is there now.
-    pub kind: Kind,
-    /// The granted root the path lies under (the directories between the two are
-    /// pinned, so a rename of a parent cannot move the path away).
-    pub root: PathBuf,
-    /// Why: `protected: git runs these hooks on the host`, or `fs.deny_read`.
-    pub why: String,
-}
+pub use warden_sandbox::rules::{Deny, Kind, PathRule};
 
 /// A policy pattern, placeholders expanded: an absolute path in which `*`
 /// matches within one component and a `**` component matches any number of

@@ -18,20 +18,10 @@
 //! starts and applies it, judged, after the tree is gone ([`crate::runtime::layer`]).
 
 pub mod cgroup;
-pub mod fdpass;
-pub mod helper;
-pub mod init;
-pub mod landlock;
-pub mod limits;
-pub mod mounts;
-pub mod namespaces;
-pub mod netns;
 pub mod program;
 pub mod progress;
-pub mod seccomp;
-pub mod spec;
 mod supervise;
-pub mod tmpfs;
+pub use warden_sandbox::{fdpass, helper, init, landlock, limits, mounts, namespaces, netns, seccomp, spec, tmpfs};
 
 use std::io::Read;
 use std::os::fd::AsFd;

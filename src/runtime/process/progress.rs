@@ -24,24 +24,21 @@
 //! [`DRAIN_GRACE`], whichever is first, so a descriptor kept open elsewhere
 //! cannot make the call wait.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::runtime::progress::{ProgressCounts, Reporter, parse_line};
+pub use warden_sandbox::progress::{PROGRESS_ENV, recv_fd, send_fd};
 
-/// The environment variable that names the descriptor.
-pub const PROGRESS_ENV: &str = "WARDEN_PROGRESS_FD";
 /// The longest progress line read, in bytes with its newline; longer ones are skipped.
 pub const MAX_PROGRESS_LINE: usize = 4096;
 /// The most bytes read from one call's progress pipe; past it the host closes its end.
 pub const MAX_PROGRESS_BYTES: u64 = 16 << 20;
 /// How long the reader drains the pipe after the program's tree is gone.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
-/// The marker byte sent with the descriptor over the helper socket.
-const WITH_FD: u8 = b'F';
 
 /// The call's progress pipe, before the helper starts.
 pub struct ProgressPipe {
@@ -58,21 +55,6 @@ impl ProgressPipe {
         let flags = rustix::fs::fcntl_getfl(&read)?;
         rustix::fs::fcntl_setfl(&read, flags | rustix::fs::OFlags::NONBLOCK)?;
         Ok(ProgressPipe { read, write })
-    }
-}
-
-/// Sends `fd` to the helper on its socket, with a marker byte.
-pub fn send_fd(channel: &impl AsRawFd, fd: &OwnedFd, what: &str) -> Result<(), String> {
-    super::fdpass::send(channel, WITH_FD, Some(fd.as_raw_fd()))
-        .map_err(|e| format!("cannot hand the helper {what}: {e}"))
-}
-
-/// Receives the descriptor [`send_fd`] sent (close-on-exec until the helper
-/// clears it for the tool).
-pub fn recv_fd(channel: &impl AsRawFd, what: &str) -> Result<OwnedFd, String> {
-    match super::fdpass::recv(channel).map_err(|e| format!("cannot receive {what}: {e}"))? {
-        super::fdpass::Received { marker: Some(WITH_FD), fd: Some(fd) } => Ok(fd),
-        _ => Err(format!("warden did not send {what}")),
     }
 }
 

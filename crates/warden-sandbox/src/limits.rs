@@ -1,12 +1,12 @@
 //! Resource limits and capabilities: what bounds each process of a tool's
-//! tree and strips root of its privileges ([`super::cgroup`] bounds the tree).
+//! tree and strips root of its privileges (the host's cgroup bounds the tree).
 //!
 //! Each `apply_*` changes the calling process; the helper calls them in the
 //! order `run_main` documents.
 
 use nix::sys::resource::{Resource, setrlimit};
 
-use super::spec::RlimitSpec;
+use crate::spec::RlimitSpec;
 
 /// Sets CPU, AS, NPROC (when given), NOFILE, FSIZE, and CORE = 0.
 pub fn apply_rlimits(l: &RlimitSpec) -> Result<(), String> {

@@ -37,22 +37,22 @@
 //! Any failure is reported on the socket and the helper exits 126: the tool
 //! never runs half-confined. A failed `execve` is reported too (exit 127).
 //!
-//! [`spec`]: super::spec
+//! [`spec`]: crate::spec
 
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 
-use super::init;
-use super::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
-use super::limits;
-use super::mounts;
-use super::namespaces::{self, NsError};
-use super::netns;
-use super::progress;
-use super::seccomp;
-use super::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
-use super::tmpfs;
+use crate::init;
+use crate::landlock::{self, LandlockRules, MIN_ENFORCED_ABI};
+use crate::limits;
+use crate::mounts;
+use crate::namespaces::{self, NsError};
+use crate::netns;
+use crate::progress;
+use crate::seccomp;
+use crate::spec::{HelperReport, MAX_REPORT, REPORT_FD, SandboxSpec};
+use crate::tmpfs;
 
 /// The first argument that makes `warden` the sandbox helper.
 pub const HELPER_ARG: &str = "--warden-sandbox-helper";

@@ -1,6 +1,6 @@
 //! The call's own namespaces (issue 17): mount, pid and IPC, and a user
 //! namespace when warden is not root (the same uid and gid inside as outside);
-//! and network, with only loopback (issue 18, [`super::netns`]).
+//! and network, with only loopback (issue 18, [`crate::netns`]).
 //!
 //! In the helper, after it joined the call's cgroups: `unshare`, the id maps,
 //! every mount made a slave of the host's (mounts propagate in, never out),
@@ -9,8 +9,8 @@
 //! capability, waits for the child and ends as it ended (the same exit code,
 //! or the same signal raised on itself), so the host's `wait4` sees the tool's
 //! end. The child is pid 1 of the new pid namespace: it mounts a fresh `/proc`
-//! ([`mount_proc`]), the quota'd `{tmp}` and `/dev/shm` ([`super::tmpfs`]) and
-//! the masks ([`super::mounts`]), confines itself as before and execs the tool
+//! ([`mount_proc`]), the quota'd `{tmp}` and `/dev/shm` ([`crate::tmpfs`]) and
+//! the masks ([`crate::mounts`]), confines itself as before and execs the tool
 //! (when it exits, the kernel kills whatever is left in the namespace).
 //!
 //! Both stay in the helper's process group (the host kills the group) and
@@ -26,7 +26,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 
-use super::spec::NsPlan;
+use crate::spec::NsPlan;
 
 /// Whether this host lets warden make a call's namespaces, and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub struct Entered {
     /// the monitor is gone.
     monitor_alive: OwnedFd,
     /// The write end of the pipe on which the call's init hands the monitor
-    /// the tool's wait status ([`super::init`]).
+    /// the tool's wait status ([`crate::init`]).
     status: Option<OwnedFd>,
 }
 
@@ -147,7 +147,7 @@ pub fn enter(plan: &NsPlan) -> Result<Entered, NsError> {
     nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
         .map_err(|e| broken("cannot make the mounts private (mount / MS_SLAVE)", &e))?;
     if plan.net {
-        super::netns::loopback_up().map_err(|e| broken("the call's network namespace", &e))?;
+        crate::netns::loopback_up().map_err(|e| broken("the call's network namespace", &e))?;
     }
 
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
@@ -188,7 +188,7 @@ fn monitor(child: nix::unistd::Pid, alive: OwnedFd, status: OwnedFd) -> ! {
     // SAFETY: closes descriptors 0..=3 of this single-threaded process; `alive` is above them.
     #[allow(unsafe_code)]
     unsafe {
-        libc::syscall(libc::SYS_close_range, 0u32, super::spec::REPORT_FD as u32, 0u32);
+        libc::syscall(libc::SYS_close_range, 0u32, crate::spec::REPORT_FD as u32, 0u32);
     }
     // SAFETY: PR_SET_DUMPABLE takes integers: no core of the monitor when it re-raises a signal.
     #[allow(unsafe_code)]
@@ -201,7 +201,7 @@ fn monitor(child: nix::unistd::Pid, alive: OwnedFd, status: OwnedFd) -> ! {
             0 as libc::c_ulong,
         );
     }
-    let _ = super::limits::apply_drop_capabilities();
+    let _ = crate::limits::apply_drop_capabilities();
     let own = loop {
         match waitpid(child, None) {
             Err(nix::errno::Errno::EINTR) => continue,

@@ -27,7 +27,7 @@ pub struct SandboxSpec {
     /// Paths readable, writable and executable.
     pub write: Vec<PathBuf>,
     /// Grants as spelled where a link makes them differ from `read`/`write`
-    /// ([`crate::runtime::Walls::links`]).
+    /// (the host's `Walls::links`).
     #[serde(default)]
     pub links: Vec<PathBuf>,
     /// Host unix sockets bound into the call's root at their paths (`net.unix`).
@@ -47,7 +47,7 @@ pub struct SandboxSpec {
     pub udp: bool,
     /// Resource limits.
     pub limits: RlimitSpec,
-    /// `{tmp}` as a tmpfs of its own (as root; see [`super::tmpfs`]).
+    /// `{tmp}` as a tmpfs of its own (as root; see [`crate::tmpfs`]).
     #[serde(default)]
     pub tmp_quota: Option<TmpQuota>,
     /// The call's cgroups, which the helper is in before anything else runs.
@@ -84,25 +84,25 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub stdin_passed: bool,
     /// After the spec the host sends the write end of the call's progress pipe
-    /// ([`super::progress`]); the tool gets it, and only it, as `WARDEN_PROGRESS_FD`.
+    /// ([`crate::progress`]); the tool gets it, and only it, as `WARDEN_PROGRESS_FD`.
     #[serde(default)]
     pub progress: bool,
-    /// The call's own namespaces ([`super::namespaces`]), when the host plans them.
+    /// The call's own namespaces ([`crate::namespaces`]), when the host plans them.
     #[serde(default)]
     pub namespaces: Option<NsPlan>,
     /// Protected and denied paths, enforced by mounts in the call's mount
-    /// namespace ([`super::mounts`]).
+    /// namespace ([`crate::mounts`]).
     #[serde(default)]
-    pub rules: Vec<crate::runtime::protect::PathRule>,
+    pub rules: Vec<crate::rules::PathRule>,
     /// `{system}` is granted: with a private `/proc` and `/dev/shm`, Landlock
     /// grants them too (read and write respectively).
     #[serde(default)]
     pub system: bool,
     /// The call's layers: each write grant is an overlay whose upper
-    /// directory the host applies when the call ends ([`crate::runtime::layer`]),
+    /// directory the host applies when the call ends (the host's layer),
     /// mounted before the rules.
     #[serde(default)]
-    pub layers: Vec<crate::runtime::layer::LayerRoot>,
+    pub layers: Vec<crate::rules::LayerRoot>,
 }
 
 /// The namespaces the host asks the helper for.
@@ -120,7 +120,7 @@ pub struct NsPlan {
     /// Its files without a `{tmp}` (`limits.tmp_files`).
     #[serde(default)]
     pub shm_files: u32,
-    /// A network namespace too, with only loopback ([`super::netns`]).
+    /// A network namespace too, with only loopback ([`crate::netns`]).
     #[serde(default)]
     pub net: bool,
     /// Listen for warden's proxy inside it and hand the socket over (the tool
@@ -212,7 +212,7 @@ pub struct HelperReport {
     /// by the view, at every uid.
     #[serde(default)]
     pub view_read_only: bool,
-    /// The call's root was built from its grants ([`super::mounts::grant_view`]):
+    /// The call's root was built from its grants ([`crate::mounts::grant_view`]):
     /// nothing else exists for the tool, and `AF_UNIX` sockets are admitted.
     #[serde(default)]
     pub grant_view: bool,

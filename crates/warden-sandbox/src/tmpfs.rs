@@ -9,7 +9,7 @@
 //! as a process of the call does, so nothing the tool writes there outlives it;
 //! the host removes the (empty) directory beneath as before.
 //!
-//! With the call's own namespaces ([`super::namespaces`], issue 17) the mount
+//! With the call's own namespaces ([`crate::namespaces`], issue 17) the mount
 //! namespace is the call's, made before (as root or, through a user namespace,
 //! as any user), and when `{system}` is granted the same tmpfs holds a private
 //! `/dev/shm` too: two directories in it, one bound on `{tmp}` and one on
@@ -23,7 +23,7 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::spec::TmpQuota;
+use crate::spec::TmpQuota;
 
 /// Where `/dev/shm` is.
 const SHM: &str = "/dev/shm";
@@ -52,8 +52,8 @@ pub fn mount_private_tmp(
     // (and the two halves when /dev/shm shares it).
     let inodes = u64::from(quota.files) + 3 + under.len() as u64 * 4;
     let data = format!("size={},nr_inodes={inodes},mode=0700,uid={},gid={}", quota.size.max(4096), owner.0, owner.1);
-    let tmp_fd = super::namespaces::open_path(tmp, true).map_err(|e| format!("cannot open {}: {e}", tmp.display()))?;
-    let on = super::namespaces::fd_path(&tmp_fd);
+    let tmp_fd = crate::namespaces::open_path(tmp, true).map_err(|e| format!("cannot open {}: {e}", tmp.display()))?;
+    let on = crate::namespaces::fd_path(&tmp_fd);
     nix::mount::mount(
         Some("tmpfs"),
         on.as_str(),
@@ -105,12 +105,12 @@ pub fn mount_private_shm(size: u64, files: u32, owner: (u32, u32)) -> Result<boo
     if !Path::new(SHM).is_dir() {
         return Ok(false);
     }
-    let fd = super::namespaces::open_path(Path::new(SHM), true).map_err(|e| format!("cannot open {SHM}: {e}"))?;
+    let fd = crate::namespaces::open_path(Path::new(SHM), true).map_err(|e| format!("cannot open {SHM}: {e}"))?;
     let data =
         format!("size={},nr_inodes={},mode=1777,uid={},gid={}", size.max(4096), u64::from(files) + 1, owner.0, owner.1);
     nix::mount::mount(
         Some("tmpfs"),
-        super::namespaces::fd_path(&fd).as_str(),
+        crate::namespaces::fd_path(&fd).as_str(),
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(data.as_str()),
@@ -121,7 +121,7 @@ pub fn mount_private_shm(size: u64, files: u32, owner: (u32, u32)) -> Result<boo
 
 /// Binds the directory `from` onto `to`, both opened through no symbolic link.
 fn bind_path(from: &Path, to: &Path) -> Result<(), String> {
-    use super::namespaces::{fd_path, open_path};
+    use crate::namespaces::{fd_path, open_path};
     let f = open_path(from, true).map_err(|e| format!("cannot open {}: {e}", from.display()))?;
     let t = open_path(to, true).map_err(|e| format!("cannot open {}: {e}", to.display()))?;
     nix::mount::mount(Some(fd_path(&f).as_str()), fd_path(&t).as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)

@@ -1,7 +1,7 @@
 //! The call's network namespace (issue 18): only loopback, and with network
 //! grants one listening socket handed to warden, the proxy's.
 //!
-//! [`super::namespaces::enter`] unshares `CLONE_NEWNET` with the others; the
+//! [`crate::namespaces::enter`] unshares `CLONE_NEWNET` with the others; the
 //! new namespace has a loopback interface that is down and nothing else (no
 //! route, no resolver that answers: a name lookup fails at once). While the
 //! helper still holds its capabilities there, [`loopback_up`] brings `lo` up,
@@ -13,12 +13,12 @@
 //! channel ([`send_listener`]), then closes its own copy: only warden holds
 //! it, and accepts on it from the host namespace (a socket keeps the
 //! namespace it was made in; accepted connections belong to it too). What a
-//! program sends there is all it can send: warden's proxy ([`crate::egress`])
+//! program sends there is all it can send: warden's proxy (the host's egress proxy)
 //! decides each connection and makes the outgoing one itself, from the host
 //! namespace. The host reads the marker byte first ([`recv_listener`]): `P`
 //! with the descriptor, or `N` (no listener; the helper's report says why).
 //!
-//! [`PROXY_ADDR`]: crate::egress::PROXY_ADDR
+//! [`PROXY_ADDR`]: PROXY_ADDR
 
 use std::os::fd::AsRawFd;
 
@@ -58,18 +58,21 @@ pub fn loopback_up() -> Result<(), String> {
     Ok(())
 }
 
-/// The proxy's listening socket at [`crate::egress::PROXY_ADDR`], in the
+/// Where the proxy listens inside the call's network namespace.
+pub const PROXY_ADDR: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
+
+/// The proxy's listening socket at [`PROXY_ADDR`], in the
 /// namespace the caller is in (close-on-exec).
 pub fn proxy_listener() -> Result<std::net::TcpListener, String> {
-    std::net::TcpListener::bind(crate::egress::PROXY_ADDR)
-        .map_err(|e| format!("cannot listen on {} for warden's proxy: {e}", crate::egress::PROXY_ADDR))
+    std::net::TcpListener::bind(PROXY_ADDR)
+        .map_err(|e| format!("cannot listen on {} for warden's proxy: {e}", PROXY_ADDR))
 }
 
 /// Sends `listener` (or, with `None`, only the marker that there is none) on
 /// the helper's report channel.
 pub fn send_listener(channel: &impl AsRawFd, listener: Option<&std::net::TcpListener>) -> Result<(), String> {
     let marker = if listener.is_some() { WITH_LISTENER } else { WITHOUT_LISTENER };
-    super::fdpass::send(channel, marker, listener.map(AsRawFd::as_raw_fd))
+    crate::fdpass::send(channel, marker, listener.map(AsRawFd::as_raw_fd))
         .map_err(|e| format!("cannot hand warden the proxy's socket: {e}"))
 }
 
@@ -89,10 +92,10 @@ pub fn recv_listener(
     timeout: std::time::Duration,
 ) -> Result<Received, String> {
     let _ = channel.set_read_timeout(Some(timeout));
-    let got = super::fdpass::recv(channel)
+    let got = crate::fdpass::recv(channel)
         .map_err(|e| format!("no word from the sandbox helper about the proxy's socket: {e}"));
     let _ = channel.set_read_timeout(None);
-    let super::fdpass::Received { marker, fd } = got?;
+    let crate::fdpass::Received { marker, fd } = got?;
     Ok(match (marker, fd) {
         (None, _) => Received::None,
         (Some(WITH_LISTENER), Some(fd)) => Received::Listener(std::net::TcpListener::from(fd)),

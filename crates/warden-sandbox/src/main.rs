@@ -4,5 +4,5 @@
 //! warden uses it when it sits next to the `warden` binary.
 
 fn main() {
-    warden::runtime::process::helper::run_main();
+    warden_sandbox::helper::run_main();
 }

@@ -4,7 +4,7 @@
 //!
 //! 1. [`apply_layers`]: each write grant becomes an overlay whose lower layer is
 //!    the real directory and whose upper layer the host applies when the call
-//!    ends ([`crate::runtime::layer`]); a directory that was there cannot be
+//!    ends (the host's layer); a directory that was there cannot be
 //!    renamed (`redirect_dir=nofollow`: `EXDEV`), so nothing protected can be
 //!    moved out from under its mount;
 //! 2. [`apply`], the protected and denied paths that exist ([`PathRule`]):
@@ -30,9 +30,8 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 
-use super::namespaces::{fd_path, open_path};
-use crate::runtime::layer::LayerRoot;
-use crate::runtime::protect::{Deny, Kind, PathRule};
+use crate::namespaces::{fd_path, open_path};
+use crate::rules::{Deny, Kind, LayerRoot, PathRule};
 
 /// Places the empty mask source may be staged on (the first that exists and
 /// is unrelated to every rule); it is unmounted again before the tool runs.
