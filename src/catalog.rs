@@ -408,7 +408,7 @@ impl Found<'_> {
 /// Refuses a third-party definition that carries text aimed at the model
 /// (issue 19), unless the policy's own description replaces the poisoned one.
 fn poisoned(spec: &ToolSpec, owner: &str, def: &ToolDef) -> Result<(), CallError> {
-    let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else {
+    let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else {
         return Ok(());
     };
     if p.answered_by(Some(spec)) {

@@ -42,10 +42,11 @@ pub mod error;
 pub mod executor;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod lint;
 pub mod lock;
 pub mod mcp;
 pub mod paths;
-pub mod policy;
+pub use warden_policy as policy;
 pub mod runtime;
 pub mod shape;
 pub mod workspace_read;

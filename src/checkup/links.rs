@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::policy::lint::HardLinks;
+use crate::lint::HardLinks;
 
 /// The most directory entries looked at under one grant.
 const MAX_ENTRIES: usize = 200_000;

@@ -4,7 +4,7 @@
 //!
 //! * [`host`]: what this kernel offers a sandbox;
 //! * the layers each tool of the policy would actually get here;
-//! * [`crate::policy::lint`]: findings with stable rule ids at policy lines
+//! * [`crate::lint`]: findings with stable rule ids at policy lines
 //!   ([`links`] looks for hard-linked files under the grants);
 //! * [`selftest`]: real escape attempts under this host's sandbox ([`probe`] is
 //!   the program the process cases run);
@@ -19,7 +19,7 @@ pub mod selftest;
 use serde::Serialize;
 
 use crate::catalog::Catalog;
-use crate::policy::lint::{Finding, Severity};
+use crate::lint::{Finding, Severity};
 use crate::policy::{Policy, Runner, SandboxMode, Tier};
 use crate::runtime::process::landlock::MIN_ENFORCED_ABI;
 
@@ -58,7 +58,7 @@ pub struct Report {
 
 /// The findings for escaped self-test cases (rule `WL200`), at the policy's `[sandbox]`.
 pub fn escapes(cases: &[selftest::Case], file: &str) -> Vec<Finding> {
-    let rule = crate::policy::lint::rule("WL200");
+    let rule = crate::lint::rule("WL200");
     cases
         .iter()
         .filter(|c| !c.contained)
@@ -344,7 +344,7 @@ impl Report {
                 f.column,
                 f.severity.as_str(),
                 f.rule,
-                crate::policy::lint::rule(f.rule).name,
+                crate::lint::rule(f.rule).name,
                 f.message
             ));
         }

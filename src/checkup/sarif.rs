@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::Report;
-use crate::policy::lint::{RULES, Severity};
+use crate::lint::{RULES, Severity};
 
 /// The SARIF schema this output follows.
 pub const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";

@@ -229,7 +229,7 @@ fn serve(
 
 fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Result<u8, Failure> {
     use crate::checkup::{Report, escapes, host::HostReport, sarif, selftest, tool_layers};
-    use crate::policy::lint::{Severity, Surroundings, lint};
+    use crate::lint::{Severity, Surroundings, lint};
     let ctx = context(cli)?;
     let (text, origin, dir) = policy_source(cli)?;
     let host = HostReport::probe();
@@ -268,6 +268,8 @@ fn audit(cli: &Cli, format: AuditFormat, fail_on: FailOn, self_test: bool) -> Re
         own_files: own,
         hard_links: Some(crate::checkup::links::hard_links),
         tool_names,
+        no_net_namespace: crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root())
+            .reason,
     };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
@@ -299,11 +301,11 @@ fn poisoned_definitions(
     policy: &Policy,
     runtime: &ComponentRuntime,
     servers: &ServerPool,
-) -> Vec<(&'static str, String, String, crate::policy::lint::Poisoned)> {
+) -> Vec<(&'static str, String, String, crate::lint::Poisoned)> {
     use crate::policy::{PluginKind, PluginSource};
     let mut out = Vec::new();
     let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::wasm::ToolDef| {
-        let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { return };
+        let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { return };
         if p.answered_by(policy.tools.get(&name)) {
             return;
         }
@@ -401,7 +403,7 @@ fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
         };
         println!("{name} ({key}): {status}");
         show_definition(def);
-        if let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) {
+        if let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) {
             println!("POISONING: {} (refused unless the policy replaces it; see `warden audit`, WL111)", p.why);
         }
         if changed.contains(key) {
@@ -426,7 +428,7 @@ fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
     // Definitions that address the model are never accepted silently (issue 19).
     let mut poisoned = Vec::new();
     for (key, (_, name, def)) in &found {
-        let Some(p) = crate::policy::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };
+        let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };
         if p.answered_by(policy.tools.get(name)) {
             continue;
         }
@@ -604,7 +606,7 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
                             "description": sanitize(&t.description),
                             "input_schema": serde_json::from_str::<Value>(&t.input_schema).unwrap_or(Value::Null),
                             "schema_error": schema_error(&t.input_schema),
-                            "poisoning": crate::policy::lint::definition_poisoning(&t.description, &t.input_schema)
+                            "poisoning": crate::lint::definition_poisoning(&t.description, &t.input_schema)
                                 .map(|p| p.why),
                         })
                     })
@@ -629,7 +631,7 @@ fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
             Ok(tools) => {
                 for t in tools {
                     println!("  {:<20} {}", sanitize(&t.name), sanitize(&t.description));
-                    if let Some(p) = crate::policy::lint::definition_poisoning(&t.description, &t.input_schema) {
+                    if let Some(p) = crate::lint::definition_poisoning(&t.description, &t.input_schema) {
                         println!("  {:<20} WARNING: {} (tool poisoning)", "", sanitize(&p.why));
                     }
                     println!("  {:<20} input schema: {}", "", sanitize(&t.input_schema));

@@ -3,6 +3,8 @@
 //! it answers on the host's socket with one JSON report and exits 126.
 //! (The whole sandbox is exercised through warden by the root crate's suites.)
 
+#![allow(clippy::expect_used, reason = "a test fails by panicking")]
+
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;

@@ -8,8 +8,8 @@ use std::path::{Component, Path, PathBuf};
 use regex::RegexBuilder;
 use toml::Spanned;
 
-use super::schema::{RawLimits, RawPolicy, RawRule, RawTool};
-use super::{
+use crate::schema::{RawLimits, RawPolicy, RawRule, RawTool};
+use crate::{
     ArgSelector, CommandSpec, DEFAULT_FILE_SIZE, DEFAULT_MAX_JOBS, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY,
     DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, DEFAULT_TIMEOUT, DEFAULT_TMP_FILES, DEFAULT_TMP_SIZE, DenyEntry, ExecSpec,
     GrantPath, Grants, JOB_TOOLS, Limits, MAX_COMPONENT_MEMORY, MAX_MAX_JOBS, NetGrant, PathGrant, PluginKind,
@@ -78,7 +78,7 @@ pub const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 const MAX_ARGV: usize = 256;
 
 /// The builtin plugins compiled into warden.
-pub(super) const BUILTIN_PLUGINS: &[&str] = &["fs", "net"];
+pub(crate) const BUILTIN_PLUGINS: &[&str] = &["fs", "net"];
 /// The largest compiled regex a rule may have.
 const MAX_RULE_REGEX: usize = 1 << 20;
 /// The most tools a policy may declare.
@@ -115,7 +115,7 @@ struct Checker<'a> {
 }
 
 /// The 1-based line and column (in characters) where `span` starts in `text`.
-pub(super) fn line_column(text: &str, span: &Range<usize>) -> (usize, usize) {
+pub fn line_column(text: &str, span: &Range<usize>) -> (usize, usize) {
     let upto = &text[..span.start.min(text.len())];
     let line = upto.matches('\n').count() + 1;
     let column = upto.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
@@ -139,7 +139,7 @@ impl Checker<'_> {
 }
 
 /// Deserialises and checks `text`.
-pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
+pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
     let mut c = Checker { text, origin, problems: Vec::new() };
     let raw: RawPolicy = match toml::from_str(text) {
         Ok(raw) => raw,
@@ -283,17 +283,17 @@ pub(super) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         plugins,
         tools,
         servers,
-        lock_path: (origin != super::DEFAULT_POLICY_NAME).then(|| dir.join(super::LOCK_FILE)),
+        lock_path: (origin != crate::DEFAULT_POLICY_NAME).then(|| dir.join(crate::LOCK_FILE)),
         profiles,
         profile: None,
         max_jobs,
-        own_files: if origin == super::DEFAULT_POLICY_NAME {
+        own_files: if origin == crate::DEFAULT_POLICY_NAME {
             Vec::new()
         } else {
             let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
             vec![
                 ("policy file".to_string(), absolute(Path::new(origin))),
-                ("lock file".to_string(), absolute(&dir.join(super::LOCK_FILE))),
+                ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
             ]
         },
     })
@@ -396,7 +396,7 @@ fn compile_profiles(
                     .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
             if !declared {
                 let candidates = tools.keys().map(String::as_str);
-                let close = super::profile::closest(entry, candidates);
+                let close = crate::profile::closest(entry, candidates);
                 c.problem(
                     p.tools.span(),
                     format!(
@@ -435,7 +435,7 @@ fn compile_profiles(
             });
             match base {
                 None => {
-                    let close = super::profile::closest(tool_name, tools.keys().map(String::as_str));
+                    let close = crate::profile::closest(tool_name, tools.keys().map(String::as_str));
                     c.problem(
                         tool.span(),
                         format!(
@@ -880,7 +880,7 @@ const MAX_CACHE: std::time::Duration = std::time::Duration::from_secs(24 * 3600)
 fn compile_cache(
     c: &mut Checker<'_>,
     name: &str,
-    d: &Spanned<super::units::PolicyDuration>,
+    d: &Spanned<crate::units::PolicyDuration>,
     tier: Tier,
     paths: &[PathGrant],
     net: &[NetGrant],
@@ -893,7 +893,7 @@ fn compile_cache(
         Some(format!(
             "applies only to tools of tier \"auto\" (this one is \"{tier}\"): a cached answer would skip the approval"
         ))
-    } else if let Some(w) = super::lasting_write(paths) {
+    } else if let Some(w) = crate::lasting_write(paths) {
         Some(format!(
             "applies only to read-only tools, and this one may write {} (fs.write): a call that changes \
              something must run every time",
@@ -928,7 +928,7 @@ fn compile_cache(
 fn compile_deny(
     c: &mut Checker<'_>,
     name: &str,
-    fs: &super::schema::RawFs,
+    fs: &crate::schema::RawFs,
     grants: &[PathGrant],
     ctx: &Context,
 ) -> (Vec<DenyEntry>, Vec<PathBuf>) {
@@ -981,7 +981,7 @@ fn compile_deny(
     for entry in &fs.unprotect {
         let Some(path) = expand_pattern(c, name, "fs.unprotect", entry, ctx) else { continue };
         match &path {
-            GrantPath::Fixed(p) if !super::glob::is_glob(&p.to_string_lossy()) => {
+            GrantPath::Fixed(p) if !crate::glob::is_glob(&p.to_string_lossy()) => {
                 if grants.iter().any(|g| g.write && under(&path, &g.path)) {
                     unprotect.push(p.clone());
                 } else {
@@ -1289,7 +1289,7 @@ fn valid_env_name(n: &str) -> bool {
 }
 
 /// Expands `{workspace}`, `{home}`, `{cache}` (and keeps `{tmp}` when `keep_tmp`).
-pub(super) fn expand_text(s: &str, ctx: &Context, keep_tmp: bool) -> Result<String, String> {
+pub fn expand_text(s: &str, ctx: &Context, keep_tmp: bool) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = s;
     while let Some(open) = rest.find('{') {

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::compile::{expand_text, line_column};
-use super::schema::{RawPolicy, RawTool};
-use super::{Context, PolicyError, SandboxMode, Tier};
+use crate::policy::compile::{expand_text, line_column};
+use crate::policy::schema::{RawPolicy, RawTool};
+use crate::policy::{Context, PolicyError, SandboxMode, Tier};
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -417,7 +417,7 @@ impl Poisoned {
     /// the tool is denied, or the finding is in the description and the policy
     /// gives one of its own (an input schema cannot be replaced). The one rule
     /// the catalog, `warden lock` and `warden audit` (WL111) apply.
-    pub fn answered_by(&self, entry: Option<&super::ToolSpec>) -> bool {
+    pub fn answered_by(&self, entry: Option<&crate::policy::ToolSpec>) -> bool {
         entry.is_some_and(|t| t.tier == Tier::Deny || (self.in_description && t.description.is_some()))
     }
 }
@@ -478,6 +478,10 @@ pub struct Surroundings {
     /// Every tool the policy offers, servers' included (`None`: not known, so
     /// profiles' patterns are not judged).
     pub tool_names: Option<Vec<String>>,
+    /// Why this host cannot give a call a network namespace, as probed by
+    /// the caller (`warden audit`: [`crate::runtime::process::namespaces::NsSupport::probe`]);
+    /// `None` when it can or nobody asked. The lint itself touches no host.
+    pub no_net_namespace: Option<String>,
 }
 
 /// Files under a directory with a hard link outside it.
@@ -557,7 +561,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
                 _ => Vec::new(),
             };
             for pattern in listed {
-                if !names.iter().any(|n| super::glob::matches(pattern, n)) {
+                if !names.iter().any(|n| crate::policy::glob::matches(pattern, n)) {
                     l.add(
                         "WL118",
                         p.get_ref().tools.span(),
@@ -681,8 +685,7 @@ fn lint_tool(
     }
     if process
         && let Some(first) = t.net.connect.first()
-        && let Some(why) =
-            crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+        && let Some(why) = &around.no_net_namespace
     {
         let ports: Vec<&str> = t.net.connect.iter().filter_map(|e| e.get_ref().rsplit(':').next()).collect();
         l.add(
@@ -813,7 +816,10 @@ fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {
     if let Some(m) = &lim.memory
         && m.get_ref().0 > 4 * GIB
     {
-        high(m.span(), format!("limits.memory is {} (default 256MiB)", super::units::format_size(m.get_ref().0)));
+        high(
+            m.span(),
+            format!("limits.memory is {} (default 256MiB)", crate::policy::units::format_size(m.get_ref().0)),
+        );
     }
     // A tool with neither exec nor plugin only lends its walls to `warden run`:
     // the command line is the person's own (a test suite, a build), so long
@@ -823,18 +829,21 @@ fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {
         && !run_only
         && d.get_ref().0 > std::time::Duration::from_secs(600)
     {
-        high(d.span(), format!("limits.timeout is {} (default 30s)", super::units::format_duration(d.get_ref().0)));
+        high(
+            d.span(),
+            format!("limits.timeout is {} (default 30s)", crate::policy::units::format_duration(d.get_ref().0)),
+        );
     }
     if let Some(d) = &lim.cpu
         && !run_only
         && d.get_ref().0 > std::time::Duration::from_secs(600)
     {
-        high(d.span(), format!("limits.cpu is {}", super::units::format_duration(d.get_ref().0)));
+        high(d.span(), format!("limits.cpu is {}", crate::policy::units::format_duration(d.get_ref().0)));
     }
     if let Some(s) = &lim.max_output
         && s.get_ref().0 > 16 << 20
     {
-        high(s.span(), format!("limits.max_output is {}", super::units::format_size(s.get_ref().0)));
+        high(s.span(), format!("limits.max_output is {}", crate::policy::units::format_size(s.get_ref().0)));
     }
     if let Some(n) = &lim.processes
         && *n.get_ref() > 1024
@@ -849,7 +858,7 @@ fn lint_limits(l: &mut Linter<'_>, name: &str, t: &RawTool) {
     if let Some(s) = &lim.file_size
         && s.get_ref().0 > 4 * GIB
     {
-        high(s.span(), format!("limits.file_size is {}", super::units::format_size(s.get_ref().0)));
+        high(s.span(), format!("limits.file_size is {}", crate::policy::units::format_size(s.get_ref().0)));
     }
 }
 

@@ -10,11 +10,11 @@
 
 #![forbid(unsafe_code)]
 
-mod compile;
+pub mod compile;
 pub mod glob;
-pub mod lint;
 pub mod profile;
-mod schema;
+#[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
+pub mod schema;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub use profile::Profile;
 
 /// The policy compiled into warden, used when no `--policy` is given and no
 /// `./warden.toml` exists.
-pub const DEFAULT_POLICY: &str = include_str!("../../policies/default.toml");
+pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
 /// The name the embedded default policy goes by in messages.
 pub const DEFAULT_POLICY_NAME: &str = "<embedded policies/default.toml>";
 

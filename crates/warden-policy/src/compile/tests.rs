@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::policy::{DEFAULT_POLICY, SandboxMode};
+use crate::{DEFAULT_POLICY, SandboxMode};
 
 fn ctx() -> Context {
     Context { workspace: "/ws".into(), home: "/home/u".into(), cache: "/home/u/.cache".into() }
@@ -35,7 +35,7 @@ fn the_default_policy_loads() {
 #[test]
 fn the_shipped_policies_load() {
     for file in ["default.toml", "strict.toml", "ci.toml"] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies").join(file);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies").join(file);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
         compile(&text, file, Path::new("."), &ctx()).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Rule, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
+use crate::{Rule, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
 
 /// `[profiles.NAME]`, checked.
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ pub struct Profile {
 impl Profile {
     /// Whether the profile admits the tool `name`.
     pub fn admits(&self, name: &str) -> bool {
-        self.tools.iter().any(|p| super::glob::matches(p, name))
+        self.tools.iter().any(|p| crate::glob::matches(p, name))
     }
 
     /// Whether some tool of server `server` (named `server__…`) could be admitted.
