@@ -9,13 +9,15 @@
 //!
 //! Read the file names to follow a call:
 //!
-//! * [`policy`]: the policy file: loading, checking, the tier decision.
+//! * [`policy`] (the `warden-policy` crate): the policy file: loading, checking, the tier decision.
+//! * [`lint`]: the policy's findings with stable rule ids (`warden audit`).
 //! * [`catalog`]: the tools that exist under the policy; name resolution.
 //! * [`lock`]: `warden.lock`, the pinned tool definitions of plugins and servers.
 //! * [`executor`]: the pipeline that takes one call from request to response.
 //! * [`approval`]: who says yes to `ask` and `confirm` calls, and the preview.
 //! * [`runtime`]: the sandboxes; [`runtime::wasm`] runs WebAssembly components,
-//!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp,
+//!   [`runtime::process`] runs programs under rlimits, Landlock and seccomp
+//!   (the helper that applies them is the `warden-sandbox` crate),
 //!   [`runtime::server`] runs MCP servers inside that same sandbox;
 //!   [`runtime::persist`] judges what a call may leave in its grants, and
 //!   [`runtime::layer`] holds a process call's writes until it has.
@@ -23,7 +25,8 @@
 //! * [`workspace_read`]: the one way the host reads workspace content (once, beneath
 //!   the workspace fd, regular files only, bounded).
 //! * [`audit`]: the durable hash-chained log, `log verify` and `log stats`.
-//! * [`egress`]: the egress proxy, process tools' one way out of their network namespace.
+//! * [`egress`] (the `warden-egress` crate): the egress proxy, process tools' one way out of
+//!   their network namespace.
 //! * [`mcp`]: `warden serve`, the tools over the Model Context Protocol.
 //! * [`checkup`]: `warden audit`: the host, each tool's layers, policy lint, SARIF.
 //! * [`cli`]: the `warden` command line.
@@ -37,7 +40,7 @@ pub mod cache;
 pub mod catalog;
 pub mod checkup;
 pub mod cli;
-pub mod egress;
+pub use warden_egress as egress;
 pub mod error;
 pub mod executor;
 #[doc(hidden)]

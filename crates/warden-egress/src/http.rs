@@ -31,9 +31,9 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use super::rules::ip_literal;
-use super::tunnel::{Ctx, Failure, Ticket, answer_and_close, open, pipe, respond};
-use super::{HEAD_TIMEOUT, MAX_BYTES, MAX_HEAD, MAX_HEADERS};
+use crate::rules::ip_literal;
+use crate::tunnel::{Ctx, Failure, Ticket, answer_and_close, open, pipe, respond};
+use crate::{HEAD_TIMEOUT, MAX_BYTES, MAX_HEAD, MAX_HEADERS};
 
 /// The longest chunk-size or trailer line of a chunked body.
 const MAX_CHUNK_LINE: usize = 4096;

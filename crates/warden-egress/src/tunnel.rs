@@ -15,8 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::rules::{Decision, Refusal};
-use super::{Attempt, CONNECT_TIMEOUT, EgressPolicy, IDLE_TIMEOUT, Journal, MAX_BYTES};
+use crate::rules::{Decision, Refusal};
+use crate::{Attempt, CONNECT_TIMEOUT, EgressPolicy, IDLE_TIMEOUT, Journal, MAX_BYTES};
 
 /// The copy buffer, per direction.
 const BUF: usize = 64 * 1024;
@@ -428,7 +428,7 @@ pub(crate) async fn answer_and_close(mut stream: TcpStream, answer: &[u8]) {
 /// Why [`open`] made no connection; the reason is in the ticket.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The proxy is at [`super::MAX_CONNECTIONS`] or its byte budget is spent.
+    /// The proxy is at [`crate::MAX_CONNECTIONS`] or its byte budget is spent.
     Busy,
     /// The policy refused (no grant, or a private address).
     Policy,
@@ -438,9 +438,9 @@ pub(crate) enum Failure {
     Connect(ConnectError),
 }
 
-/// Why a connection past [`super::MAX_CONNECTIONS`] is refused.
+/// Why a connection past [`crate::MAX_CONNECTIONS`] is refused.
 pub(crate) fn busy_reason() -> String {
-    format!("more than {} connections at once through the proxy; retry when some have ended", super::MAX_CONNECTIONS)
+    format!("more than {} connections at once through the proxy; retry when some have ended", crate::MAX_CONNECTIONS)
 }
 
 /// Decides and connects the ticket's `host:port`, filling in the ticket.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{EgressPolicy, Journal, MAX_CONNECTIONS, Proxy};
-use crate::policy::NetGrant;
+use crate::{EgressPolicy, Journal, MAX_CONNECTIONS, Proxy};
+use warden_policy::NetGrant;
 
 const WAIT: Duration = Duration::from_secs(5);
 

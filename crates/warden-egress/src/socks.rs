@@ -20,8 +20,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::HEAD_TIMEOUT;
-use super::tunnel::{ConnectError, Ctx, Failure, Ticket, answer_and_close, open, pipe};
+use crate::HEAD_TIMEOUT;
+use crate::tunnel::{ConnectError, Ctx, Failure, Ticket, answer_and_close, open, pipe};
 
 const VERSION: u8 = 0x05;
 const NO_AUTH: u8 = 0x00;

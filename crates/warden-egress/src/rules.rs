@@ -27,7 +27,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use crate::policy::NetGrant;
+use warden_policy::NetGrant;
 
 /// The resolved addresses kept per name (the rest are dropped).
 pub const MAX_ADDRESSES: usize = 16;
@@ -429,7 +429,7 @@ mod tests {
 
     /// [`EgressPolicy::decide`] on warden's egress runtime, from a test thread.
     fn decide_now(p: &EgressPolicy, host: &str, port: u16) -> Result<Decision, Refusal> {
-        let rt = crate::egress::runtime().unwrap_or_else(|e| panic!("{e}"));
+        let rt = crate::runtime().unwrap_or_else(|e| panic!("{e}"));
         rt.block_on(p.decide(host, port))
     }
 

@@ -94,7 +94,7 @@ pub use warden_sandbox::netns::PROXY_ADDR;
 /// inside) unless a grant names a loopback address or `localhost`: such a
 /// grant means the *host's* loopback, which only the proxy reaches, so then
 /// every request goes to the proxy.
-pub fn proxy_env(grants: &[crate::policy::NetGrant]) -> Vec<(&'static str, String)> {
+pub fn proxy_env(grants: &[warden_policy::NetGrant]) -> Vec<(&'static str, String)> {
     let http = format!("http://{PROXY_ADDR}");
     let socks = format!("socks5h://{PROXY_ADDR}");
     let host_loopback = grants.iter().any(|g| {

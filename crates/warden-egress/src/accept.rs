@@ -15,8 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::tunnel::{Ctx, Ticket, busy_reason};
-use super::{EgressPolicy, HEAD_TIMEOUT, Journal, MAX_CONNECTIONS, http, socks};
+use crate::tunnel::{Ctx, Ticket, busy_reason};
+use crate::{EgressPolicy, HEAD_TIMEOUT, Journal, MAX_CONNECTIONS, http, socks};
 
 /// Starts accepting on `listener` on warden's egress runtime until `stop` is
 /// cancelled.
@@ -26,7 +26,7 @@ pub(crate) fn serve(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> Result<(), String> {
-    let rt = super::runtime()?;
+    let rt = crate::runtime()?;
     listener.set_nonblocking(true).map_err(|e| format!("cannot make the proxy's socket non-blocking: {e}"))?;
     let listener = {
         let _inside = rt.enter();
