@@ -22,6 +22,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let report = root.join("target").join("bench.json");
     // A report left by an earlier run must not stand in for this one.
     let _ = std::fs::remove_file(&report);
+    // The helper the process rows start through sits beside `warden`
+    // (target/release); it is a crate of its own, so build it first.
+    let status = super::cargo()
+        .current_dir(&root)
+        .args(["build", "--release", "--locked", "-p", "warden-sandbox"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building warden-sandbox failed ({status}); see its output above"));
+    }
     let status = super::cargo()
         .current_dir(&root)
         .args(["bench", "--locked", "--bench", "pipeline"])
