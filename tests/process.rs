@@ -482,11 +482,9 @@ fn a_tool_taking_its_own_output_first_still_meets_its_timeout() {
 /// where that is a hierarchy of its own), which the helper joined before it
 /// made the tool; the record names the pids cgroup and whether memory had one.
 #[test]
+#[ignore = "needs root"]
 fn as_root_the_tool_runs_inside_every_cgroup_of_its_call() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: cgroups are made per call only as root");
-        return;
-    }
+    util::needs_root();
     let env = Env::new();
     let r = shell(&env, "cat /proc/self/cgroup");
     let out = result(&r)["stdout"].as_str().unwrap().to_string();
@@ -743,11 +741,9 @@ fn the_environment_is_only_what_the_policy_passes_and_sets() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn as_root_the_tool_runs_as_the_workspace_owner() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to hand the workspace to another user");
-        return;
-    }
+    util::needs_root();
     let env = Env::new();
     std::os::unix::fs::chown(&env.ws, Some(65534), Some(65534)).unwrap();
     let r = shell(&env, "id -u; id -g; touch mine && stat -c %u mine; touch $HOME/t && echo TMP-OK");
@@ -828,11 +824,9 @@ fn signals_cannot_reach_warden_or_every_process() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn as_uid_0_file_metadata_outside_the_grants_cannot_change() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the tool runs as uid 0 only when warden is root and the workspace is root's");
-        return;
-    }
+    util::needs_root();
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     let target = env.outside.join("secret.txt");
@@ -1128,11 +1122,9 @@ fn servers_start_on_first_use_and_say_why_they_cannot() {
 /// root-only directory (a root-owned checkout or home) fails to start, and the
 /// error says so rather than pointing at fs.read, which grants it.
 #[test]
+#[ignore = "needs root"]
 fn a_program_the_workspace_owner_cannot_reach_is_named() {
-    if !nix::unistd::geteuid().is_root() {
-        println!("skipped: only root runs a tool as the workspace's owner");
-        return;
-    }
+    util::needs_root();
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     std::fs::set_permissions(env.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -1195,10 +1187,10 @@ fn a_process_tool_reports_progress_on_its_descriptor() {
 /// erased before the result is printed.
 #[test]
 fn on_a_terminal_progress_is_one_line_updated_in_place() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: no `script` (util-linux) to give warden a terminal");
-        return;
-    }
+    assert!(
+        Command::new("script").arg("--version").output().is_ok(),
+        "needs `script` (util-linux) to give warden a terminal: install util-linux"
+    );
     let env = Env::new();
     let p = policy(&env, "", "timeout = \"20s\"");
     let command = r#"for i in 1 2 3; do echo "{\"progress\": $i, \"total\": 4, \"message\": \"step $i\"}" >&"$WARDEN_PROGRESS_FD"; echo "out $i" >&2; sleep 0.1; done"#;

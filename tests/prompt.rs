@@ -14,7 +14,7 @@ use util::Env;
 
 /// Runs `warden ARGS` under a pty, typing `answers`; returns the exit code and
 /// everything the terminal showed.
-fn on_a_terminal(env: &Env, args: &[&str], answers: &str) -> Option<(i32, String)> {
+fn on_a_terminal(env: &Env, args: &[&str], answers: &str) -> (i32, String) {
     let mut line = vec![env!("CARGO_BIN_EXE_warden").to_string(), "--audit-log".into(), env.log.display().to_string()];
     line.extend(args.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))));
     on_a_terminal_shell(env, &line.join(" "), answers)
@@ -28,11 +28,8 @@ fn result_docs(screen: &str) -> Vec<Value> {
 fn yes_at_the_prompt_runs_the_call_and_shows_a_diff_first() {
     let env = Env::new();
     env.write("notes.md", "old line\n");
-    let Some((code, screen)) =
-        on_a_terminal(&env, &["call", "write_file", r#"{"path":"notes.md","content":"new line\n"}"#], "y\n")
-    else {
-        return;
-    };
+    let (code, screen) =
+        on_a_terminal(&env, &["call", "write_file", r#"{"path":"notes.md","content":"new line\n"}"#], "y\n");
     assert_eq!(code, 0, "{screen}");
     assert!(screen.contains("-old line") && screen.contains("+new line"), "no diff shown: {screen}");
     assert!(screen.contains("[a]lways"), "{screen}");
@@ -43,10 +40,7 @@ fn yes_at_the_prompt_runs_the_call_and_shows_a_diff_first() {
 #[test]
 fn no_at_the_prompt_rejects_with_exit_three() {
     let env = Env::new();
-    let Some((code, screen)) = on_a_terminal(&env, &["call", "write_file", r#"{"path":"x","content":"y"}"#], "n\n")
-    else {
-        return;
-    };
+    let (code, screen) = on_a_terminal(&env, &["call", "write_file", r#"{"path":"x","content":"y"}"#], "n\n");
     assert_eq!(code, 3, "{screen}");
     let docs = result_docs(&screen);
     assert_eq!(docs.last().unwrap()["status"], "rejected", "{screen}");
@@ -62,7 +56,7 @@ fn always_grants_the_tool_for_the_rest_of_the_session() {
     let two = format!("[{},{}]", &calls[1..calls.len() - 1], calls[1..calls.len() - 1].replace("\"a\"", "\"b\""));
     std::fs::write(env.ws.join("calls.json"), &two).unwrap();
     let line = format!("{} --audit-log {} exec < calls.json", env!("CARGO_BIN_EXE_warden"), env.log.display());
-    let Some((code, screen)) = on_a_terminal_shell(&env, &line, "a\n") else { return };
+    let (code, screen) = on_a_terminal_shell(&env, &line, "a\n");
     assert_eq!(code, 0, "{screen}");
     let by: Vec<String> = env.audit_records().iter().map(|r| r["approved_by"].as_str().unwrap().to_string()).collect();
     let mut by_sorted = by.clone();
@@ -74,9 +68,7 @@ fn always_grants_the_tool_for_the_rest_of_the_session() {
 fn confirm_never_offers_always() {
     let env = Env::new();
     env.write("gone.txt", "x");
-    let Some((code, screen)) = on_a_terminal(&env, &["call", "delete_file", r#"{"path":"gone.txt"}"#], "a\nn\n") else {
-        return;
-    };
+    let (code, screen) = on_a_terminal(&env, &["call", "delete_file", r#"{"path":"gone.txt"}"#], "a\nn\n");
     assert!(!screen.contains("[a]lways"), "{screen}");
     assert!(screen.contains("will delete: gone.txt"), "{screen}");
     assert_eq!(code, 3, "{screen}");
@@ -85,11 +77,11 @@ fn confirm_never_offers_always() {
 
 /// Runs `shell_line` under a pty, typing `answers`; returns the exit code and
 /// everything the terminal showed.
-fn on_a_terminal_shell(env: &Env, shell_line: &str, answers: &str) -> Option<(i32, String)> {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: util-linux `script` is not installed, so no pseudo-terminal can be made");
-        return None;
-    }
+fn on_a_terminal_shell(env: &Env, shell_line: &str, answers: &str) -> (i32, String) {
+    assert!(
+        Command::new("script").arg("--version").output().is_ok(),
+        "needs util-linux `script` to make a pseudo-terminal: install util-linux"
+    );
     let mut child = Command::new("script")
         .args(["-q", "-e", "-c", shell_line, "/dev/null"])
         .current_dir(&env.ws)
@@ -105,5 +97,5 @@ fn on_a_terminal_shell(env: &Env, shell_line: &str, answers: &str) -> Option<(i3
     std::thread::sleep(std::time::Duration::from_millis(300));
     drop(stdin);
     let out = child.wait_with_output().unwrap();
-    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace('\r', "")))
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace('\r', ""))
 }

@@ -140,3 +140,13 @@ impl Env {
             .collect()
     }
 }
+
+/// The first line of a test marked `#[ignore = "needs root"]`: run by hand
+/// without root, it fails saying so rather than passing untested.
+#[allow(dead_code, reason = "not every suite has a test that needs root")]
+pub(crate) fn needs_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: run it as root with `cargo test -- --ignored` (.ci/run does)"
+    );
+}
