@@ -18,6 +18,7 @@
 //! starts and applies it, judged, after the tree is gone ([`crate::runtime::layer`]).
 
 pub mod cgroup;
+pub mod plan;
 pub mod program;
 pub mod progress;
 mod supervise;
@@ -36,7 +37,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use self::namespaces::NsSupport;
-use self::spec::{HelperReport, MAX_REPORT, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
+use self::spec::{HelperReport, MAX_REPORT};
 use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
@@ -699,22 +700,6 @@ impl ProcessRuntime {
         };
         let ns = self.namespaces_now();
         let enforce = self.mode == SandboxMode::Enforce;
-        // The proxy listens in every call with a network namespace: with no
-        // `net.connect` grant it refuses every destination, so a program that
-        // honours the proxy settings (npm, pip, cargo, curl, git) fails at once
-        // with a 403 naming the grant, not after its own retries of a lookup
-        // that cannot succeed, and the refusal lands in the record and the hints.
-        let proxied = ns;
-        let plan = ns.then_some(NsPlan {
-            user: !self.support.root,
-            ipc: true,
-            shm: walls.system,
-            shm_size: limits.tmp_size,
-            shm_files: limits.tmp_files,
-            net: true,
-            proxy: proxied,
-            required: enforce && (!walls.protect.rules.is_empty() || !walls.net.is_empty()),
-        });
         // Something to mount over each absent protected path, for the call's duration.
         // Its write grants as layers, applied when it ends.
         let layer_roots = crate::runtime::layer::roots_of(&walls.dirs, tmp);
@@ -766,75 +751,35 @@ impl ProcessRuntime {
                 })?;
             }
         }
-        let processes = if self.support.root {
-            None
-        } else {
-            Some(limits::processes_of(nix::unistd::getuid().as_raw()) + u64::from(limits.processes))
-        };
-        let mut env = walls.env.clone();
-        // A layer is a file system of its own: git, started beneath one, must
-        // look past it for the repository around it (a monorepo's package).
-        if layer.is_some() && !env.iter().any(|(k, _)| k == "GIT_DISCOVERY_ACROSS_FILESYSTEM") {
-            env.push(("GIT_DISCOVERY_ACROSS_FILESYSTEM".into(), "1".into()));
-        }
-        if proxied {
-            for (name, value) in crate::egress::proxy_env(&walls.net) {
-                if !env.iter().any(|(k, _)| k == name) {
-                    env.push((name.to_string(), value));
-                }
-            }
-        }
-        let spec = SandboxSpec {
+        let spec = plan::spec(plan::Request {
             argv,
-            env,
-            cwd: cwd.to_path_buf(),
-            read: walls.dirs.iter().filter(|(_, w)| !w).map(|(p, _)| p.clone()).collect(),
-            write: walls.dirs.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
-            links: walls.links.clone(),
-            unix: walls.unix.clone(),
-            // With a network namespace the proxy is the way out; without one
-            // (best-effort mode) Landlock's ports are all there is.
-            net_ports: if walls.net.is_empty() || ns { None } else { Some(walls.net.iter().map(|g| g.port).collect()) },
-            udp: !ns && walls.net.iter().any(|g| g.host.parse::<std::net::IpAddr>().is_err()),
-            limits: RlimitSpec {
-                cpu_secs: limits.cpu.as_secs_f64().ceil() as u64,
-                address_space: limits.memory,
-                processes,
-                processes_in_userns: (ns && !self.support.root).then(|| u64::from(limits.processes) + 2),
-                open_files: u64::from(limits.open_files),
-                file_size: limits.file_size,
+            cwd,
+            walls,
+            tmp,
+            host: plan::Host {
+                root: self.support.root,
+                namespaces: ns,
+                mode: self.mode,
+                parent_pid: std::process::id(),
+                user_processes: if self.support.root {
+                    0
+                } else {
+                    limits::processes_of(nix::unistd::getuid().as_raw())
+                },
             },
-            tmp_quota: match tmp {
-                Some(path) if self.support.root || ns => Some(TmpQuota {
-                    path: path.to_path_buf(),
-                    size: limits.tmp_size,
-                    files: limits.tmp_files,
-                    required: enforce && self.support.root,
+            start: plan::Start { stdin_from_host, stdin_passed: inherit, progress: progress_fd.is_some() },
+            made: plan::Made {
+                layers: layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
+                layers_cover_writes: layer_roots.is_empty() || layer.is_some(),
+                cgroup: cgroup.as_ref().map(|c| spec::CgroupJoin {
+                    name: c.name(),
+                    hierarchies: c.hierarchies(),
+                    join: c.self_join_files(),
                 }),
-                _ => None,
+                run_as,
             },
-            cgroup: cgroup.as_ref().map(|c| spec::CgroupJoin {
-                name: c.name(),
-                hierarchies: c.hierarchies(),
-                join: c.self_join_files(),
-            }),
-            ipc_namespace: self.support.root,
-            sysv_ipc: walls.sysv_ipc,
-            inotify: walls.inotify,
-            run_as,
-            drop_caps: self.support.root,
-            require_landlock: self.mode == SandboxMode::Enforce,
-            require_seccomp: self.mode == SandboxMode::Enforce,
-            parent_pid: std::process::id(),
-            stdin_from_host,
-            stdin_passed: inherit,
-            progress: progress_fd.is_some(),
-            namespaces: plan,
-            rules: if ns { walls.protect.rules.clone() } else { Vec::new() },
-            system: walls.system,
-            layers: layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
-            layers_cover_writes: layer_roots.is_empty() || layer.is_some(),
-        };
+        });
+        let proxied = spec.namespaces.as_ref().is_some_and(|p| p.proxy);
         let internal =
             |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
         // The helper's stdin: the spec goes in, its reports come back (see `spec`).
