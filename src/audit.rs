@@ -958,8 +958,8 @@ pub struct ToolStats {
     pub calls: u64,
     /// Succeeded (a program that ran exited 0).
     pub ok: u64,
-    /// Ran a program that exited non-zero or was ended by a signal (issue 19:
-    /// a failed test run is not a success).
+    /// Ran a program that exited non-zero or was ended by a signal (a
+    /// failed test run is not a success).
     pub failed: u64,
     /// Failed (other than denied and rejected).
     pub errors: u64,

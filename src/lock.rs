@@ -84,8 +84,8 @@ pub struct Lock {
     #[serde(default)]
     pub servers: BTreeMap<String, BTreeMap<String, String>>,
     /// `[definitions.plugins.NAME."TOOL"]`, `[definitions.servers.NAME."TOOL"]`:
-    /// the accepted definitions themselves, so a change can be shown as a diff
-    /// (issue 19). Only the hashes decide what is pinned.
+    /// the accepted definitions themselves, so a change can be shown as a diff.
+    /// Only the hashes decide what is pinned.
     #[serde(default)]
     pub definitions: BTreeMap<String, BTreeMap<String, BTreeMap<String, Accepted>>>,
 }

@@ -195,7 +195,7 @@ fn status_shows_no_new_privs_seccomp_no_capabilities_and_only_stdio() {
 }
 
 /// Without a grant the call has a network namespace of its own with only
-/// loopback (issue 18): TCP sockets work but reach only that loopback
+/// loopback: TCP sockets work but reach only that loopback
 /// (ECONNREFUSED for the host's listener), MPTCP, raw and packet sockets stay
 /// refused (EPERM), and a datagram to the host's receiver goes nowhere.
 #[test]
@@ -934,7 +934,7 @@ fn a_cancelled_call_leaves_no_process_behind() {
 }
 
 /// A policy whose shell tool has `fs.deny_write` and `fs.deny_read` entries
-/// inside its grants (issue 17), and `{system}`.
+/// inside its grants, and `{system}`.
 fn masked_policy(env: &Env) -> String {
     let text = "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
          fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\", \"{tmp}\"]\n\
@@ -1147,7 +1147,7 @@ fn a_program_the_workspace_owner_cannot_reach_is_named() {
     assert!(msg.contains(&private.display().to_string()) && msg.contains("may not pass"), "{msg}");
 }
 
-// ---- WARDEN_PROGRESS_FD (issue 21 item 1): a process tool's own progress ----
+// ---- WARDEN_PROGRESS_FD: a process tool's own progress ----
 
 /// `warden call --stream shell COMMAND` under the one-tool policy with `limits`.
 fn streamed(env: &Env, limits: &str, command: &str) -> Run {

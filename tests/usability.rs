@@ -1,4 +1,4 @@
-//! Usability (issue 17): real programs, tried as a new user would, in a process
+//! Usability: real programs, tried as a new user would, in a process
 //! tool that reads `{system}` and the workspace and writes the workspace and
 //! `{tmp}` (the per-call namespaces, the private `/proc` and `/dev/shm`, and
 //! the protected paths all in force). Each must work.

@@ -425,7 +425,7 @@ fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
             }
         }
     }
-    // Definitions that address the model are never accepted silently (issue 19).
+    // Definitions that address the model are never accepted silently.
     let mut poisoned = Vec::new();
     for (key, (_, name, def)) in &found {
         let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };

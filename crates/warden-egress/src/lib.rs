@@ -1,4 +1,4 @@
-//! warden's egress proxy (issue 18): the one way out of a process tool's
+//! warden's egress proxy: the one way out of a process tool's
 //! network namespace.
 //!
 //! A process tool (or wrapped MCP server) with `net.connect` grants runs in a

@@ -201,7 +201,7 @@ fn confine(
         r.cgroup = true;
     }
 
-    // 4b. The call's own namespaces (issue 17): from here on this is the
+    // 4b. The call's own namespaces: from here on this is the
     // child, pid 1 of its pid namespace; its parent stays outside as the monitor.
     let mut entered = None;
     if let Some(plan) = &spec.namespaces {
@@ -224,7 +224,7 @@ fn confine(
     let userns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.user);
     let netns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.net);
     r.net_namespace = netns;
-    // 4b'. warden's proxy: the one way out of the network namespace (issue 18).
+    // 4b'. warden's proxy: the one way out of the network namespace.
     if spec.namespaces.as_ref().is_some_and(|p| p.proxy) {
         let listener = if netns { Some(netns::proxy_listener()?) } else { None };
         netns::send_listener(channel, listener.as_ref())?;

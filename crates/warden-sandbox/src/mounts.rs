@@ -324,7 +324,7 @@ const MAX_LINKS: usize = 40;
 /// The root's own tmpfs: directories, empty mount points and links only.
 const VIEW_TMPFS: &str = "size=1m,nr_inodes=16384,mode=0755";
 
-/// The call's root built from its grants (issue 32): a tmpfs holding only
+/// The call's root built from its grants: a tmpfs holding only
 /// the granted paths, each bound (with everything mounted beneath it: its
 /// layer, its protected and denied paths) at its canonical place, the links
 /// through which a grant, the working directory or the program is spelled

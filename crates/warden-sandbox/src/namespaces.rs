@@ -1,6 +1,6 @@
-//! The call's own namespaces (issue 17): mount, pid and IPC, and a user
+//! The call's own namespaces: mount, pid and IPC, and a user
 //! namespace when warden is not root (the same uid and gid inside as outside);
-//! and network, with only loopback (issue 18, [`crate::netns`]).
+//! and network, with only loopback ([`crate::netns`]).
 //!
 //! In the helper, after it joined the call's cgroups: `unshare`, the id maps,
 //! every mount made a slave of the host's (mounts propagate in, never out),

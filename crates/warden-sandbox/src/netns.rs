@@ -1,4 +1,4 @@
-//! The call's network namespace (issue 18): only loopback, and with network
+//! The call's network namespace: only loopback, and with network
 //! grants one listening socket handed to warden, the proxy's.
 //!
 //! [`crate::namespaces::enter`] unshares `CLONE_NEWNET` with the others; the

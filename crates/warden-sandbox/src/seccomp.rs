@@ -1,7 +1,7 @@
 //! The seccomp filters, built as pure data ([`build`]) and installed last,
 //! just before `execve` ([`apply_to_current_thread`]).
 //!
-//! * In the call's network namespace (issue 18: only loopback, and warden's
+//! * In the call's network namespace (only loopback, and warden's
 //!   proxy the one way out) `AF_INET`/`AF_INET6` stream and datagram sockets,
 //!   `bind` and `listen` are admitted; every other family and type below stays
 //!   refused. Without one (best-effort mode where none can be made):

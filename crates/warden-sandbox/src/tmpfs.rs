@@ -9,7 +9,7 @@
 //! as a process of the call does, so nothing the tool writes there outlives it;
 //! the host removes the (empty) directory beneath as before.
 //!
-//! With the call's own namespaces ([`crate::namespaces`], issue 17) the mount
+//! With the call's own namespaces ([`crate::namespaces`]) the mount
 //! namespace is the call's, made before (as root or, through a user namespace,
 //! as any user), and when `{system}` is granted the same tmpfs holds a private
 //! `/dev/shm` too: two directories in it, one bound on `{tmp}` and one on

@@ -267,7 +267,7 @@ enum Launch {
     Server,
 }
 
-/// Toolchains found or refused, never swapped (issue 32): the program, each
+/// Toolchains found or refused, never swapped: the program, each
 /// link on its way and its `#!` interpreter inside the grants, and no `PATH`
 /// entry outside them shadowing a program a granted one has. Refused before
 /// anything starts, naming the path and the `fs.read` entry to add.

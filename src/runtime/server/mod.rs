@@ -343,7 +343,7 @@ fn progress_line(tool: &str, p: &Value) -> String {
     line
 }
 
-/// Why a server did not start, said so the user can act on it (issue 19): how
+/// Why a server did not start, said so the user can act on it: how
 /// it ended (exit status, the end of its stderr), and, when the program could
 /// not be executed, which path is outside its `fs.read`.
 fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hint: Option<String>) -> CallError {

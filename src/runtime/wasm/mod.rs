@@ -255,7 +255,7 @@ pub struct ComponentRuntime {
     /// not from a pool whose reservation and teardown cost more than the call.
     one_shot: bool,
     /// wasmtime, started on first use: a `warden call` of a process tool
-    /// never builds an engine, its pool or its linker (issue 22).
+    /// never builds an engine, its pool or its linker.
     started: OnceLock<Result<Started, CallError>>,
     loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
     threads: CallThreads,

@@ -1,4 +1,4 @@
-//! The network of a component call (issue 18): its sockets, its name lookups
+//! The network of a component call: its sockets, its name lookups
 //! and its outgoing `wasi:http` requests, all judged by the same rules as the
 //! egress proxy of process tools ([`crate::egress::rules`]).
 //!
