@@ -1,4 +1,4 @@
-//! The network of a component call ([`Net`]): its sockets ([`socket_check`]),
+//! The network of a component call ([`Net`]): its sockets ([`Net::socket_check`]),
 //! its name lookups ([`Lookup`]) and its outgoing `wasi:http` requests (the
 //! `send_request` hook), all judged by the same rules as the egress proxy of
 //! process tools ([`crate::egress::rules`]). Refusals are kept ([`Net::note`])
@@ -169,9 +169,11 @@ impl Net {
         self.shared.note.lock().unwrap_or_else(PoisonError::into_inner).clone().map(|n| format!("warden refused: {n}"))
     }
 
-    /// The check wasmtime-wasi runs before each socket operation: TCP connects
-    /// as the module documentation says, the implicit bind before a connect
-    /// (wildcard address, any port), nothing else (no listening, no UDP).
+    /// The check wasmtime-wasi runs before each socket operation: a TCP connect
+    /// to an address a grant names literally, or to one warden's resolver gave
+    /// for a granted name that the private-address rule admits; the implicit
+    /// bind before a connect (the wildcard address, port 0); nothing else (no
+    /// listening, no UDP).
     pub(super) fn socket_check(
         &self,
     ) -> impl Fn(SocketAddr, SocketAddrUse) -> Pin<Box<dyn Future<Output = bool> + Send + Sync>> + Send + Sync + 'static
