@@ -1,18 +1,10 @@
-//! The catalog: the tools that exist under the policy, each with its plugin,
-//! description and compiled input schema; name resolution with suggestions.
-//!
-//! Only tools the policy declares exist. A plugin's other tools are invisible.
-//! A tool whose plugin failed to load (missing file, sha256 mismatch), does not
-//! offer it, or whose definition no longer matches `warden.lock` stays in the
-//! catalog as *unavailable*, with the reason, so `list`, `policy check` and every
-//! call say why instead of pretending it is unknown.
-//!
-//! A `[servers.NAME]` entry contributes every tool the server lists, as
-//! `NAME__TOOL`; a server that cannot start leaves one unavailable entry,
-//! `NAME__*`, that says why. A server's tools are found when first needed:
-//! resolving a `NAME__…` name starts that server alone, and
-//! [`Catalog::load_all`] (for `list`, `lock`, `policy check`, `audit` and MCP
-//! `tools/list`) starts every one; a call of another tool starts none.
+//! The catalog ([`Catalog`]): the tools that exist under the policy, each with
+//! its plugin, description and compiled input schema; name resolution with
+//! suggestions. Only tools the policy declares exist; one whose plugin or server
+//! failed, or whose definition no longer matches `warden.lock`, stays as
+//! *unavailable*, with the reason. A server's tools (`NAME__TOOL`) are found when
+//! first needed: resolving a `NAME__…` name starts that server alone, and
+//! [`Catalog::load_all`] starts every one.
 
 #![forbid(unsafe_code)]
 
