@@ -30,7 +30,9 @@ use sha2::Digest;
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// The most connections held at once (`WARDEN_HTTP_MAX_CONNECTIONS` changes
-/// it), further bounded by the descriptors: see the module documentation.
+/// it), further bounded by the descriptors: at start the soft `RLIMIT_NOFILE`
+/// is raised to the hard limit, and the cap is at most
+/// `nofile - min(FD_RESERVE, nofile / 2)`.
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Descriptors kept out of the connection cap for everything else warden
