@@ -1,47 +1,13 @@
-//! The audit log: one JSON record per call, appended and fsynced before the
-//! result is returned, chained by hashes so that edits, removals and reorders
-//! are detected.
+//! The audit log ([`AuditLog`], its [`Record`]s): one JSON line per call (a
+//! background job writes two, same call id), fsynced before the result is
+//! returned and chained by hashes (`seq`, `prev`) so that edits, removals and
+//! reorders before the last line are detected ([`verify`]; [`stats`]).
 //!
-//! Each line carries `seq` (one more than the line before) and `prev` (the
-//! sha256 of the previous line's bytes; 64 zeros for the first). Appends hold an
-//! exclusive `flock` on the file, so several warden processes can share one log.
-//! A line without its newline is a torn write (a crash mid-append): the next
-//! writer moves it to `FILE.torn` before appending, and `log verify` reports and
-//! skips it when it is still the last line.
-//!
-//! The chain proves the order and content of every line *relative to the last
-//! one*; the last line itself can only be checked against a copy of the head
-//! hash kept elsewhere, which `log verify` prints for that purpose.
-//!
-//! A tool may share the log's file system and fill it while it runs. So before
-//! a tool runs, [`AuditLog::check_writable`] reserves the blocks its record will
-//! take: `fallocate(FALLOC_FL_KEEP_SIZE)` past the end of the log, of
-//! [`MAX_RECORD_BYTES`] for every call of this process that has passed the
-//! check and not yet appended. The append then writes into blocks already
-//! allocated and cannot fail for want of space. A record without a reservation
-//! (a call refused before it ran) must find room for itself on top of the
-//! reservations, or fails without writing. A line is never longer than
-//! [`MAX_RECORD_BYTES`] (larger records are shrunk), and a write that fails
-//! mid-line is cut off again, under the same lock, so no later line is merged
-//! into it. Where the file system has no `fallocate` (`EOPNOTSUPP`), only the
-//! free-space check ([`MIN_FREE_BYTES`]) stands.
-//!
-//! A long-lived writer (`serve`) grows the log in chunks of blank fill instead
-//! ([`AuditLog::grow_in_chunks`]): zero bytes written past the last line, so
-//! that a record is written *over* blocks already allocated and written, the
-//! file's size does not change, and its `fdatasync` commits data only, not the
-//! inode (a third less on ext4 here). Every writer therefore writes at the log's
-//! *logical end*, the byte after the last newline before the fill, found from
-//! the content and never from the size; the fill doubles as the reservation
-//! above. The last warden to close the log cuts the fill off again (each holds
-//! a shared OFD lock on a byte far past the end while it has the log open, and
-//! only one that can take it exclusively cuts), so a log at rest is plain JSON
-//! lines. `log verify` and `log stats` stop at the fill; a crash leaves it in
-//! place for the next writer, which recovers the end from the content. A record
-//! never holds a zero byte, so a line that does is one a crash tore mid-overwrite
-//! (some of its pages reached the disk, others did not): it is moved aside like
-//! a torn tail, as are all such lines at the end. Only on ext4, XFS and tmpfs,
-//! which overwrite in place and keep `flock` and OFD locks apart.
+//! Appends hold an exclusive `flock`, so several warden processes share one
+//! log; [`AuditLog::check_writable`] reserves a record's space before the tool
+//! runs, and `serve` grows the log in blank fill ([`AuditLog::grow_in_chunks`]).
+//! Torn lines, reservations and the fill are described in docs/security.md,
+//! "Durability and load" and "The audit chain needs an external anchor".
 
 #![forbid(unsafe_code)]
 
@@ -958,8 +924,8 @@ pub struct ToolStats {
     pub calls: u64,
     /// Succeeded (a program that ran exited 0).
     pub ok: u64,
-    /// Ran a program that exited non-zero or was ended by a signal (issue 19:
-    /// a failed test run is not a success).
+    /// Ran a program that exited non-zero or was ended by a signal (a
+    /// failed test run is not a success).
     pub failed: u64,
     /// Failed (other than denied and rejected).
     pub errors: u64,

@@ -1,26 +1,10 @@
-//! The read-only result cache (`cache = "60s"` on a tool).
-//!
-//! Only a tool that can change nothing outside its call and reaches no network,
-//! at tier `auto`, may have one (the policy refuses the key elsewhere, and a
-//! call whose rules or profile raise its tier runs every time). A result is
-//! served again only to the same tool with the same arguments (and the same
-//! values of the variables it is passed), within its time to live, and only
-//! when nothing it could read has changed:
-//!
-//! - **The granted trees' state.** Before each run and each lookup, warden
-//!   walks the tool's read grants (not `{system}`'s programs and libraries) and
-//!   hashes every entry's path, device, inode, mode, size, modification and
-//!   change times (ctime cannot be set back by anyone). A file changed, added,
-//!   removed or renamed, by warden's tools or by anyone else, changes the hash.
-//!   A file changed within the last two seconds is also hashed by content, so a
-//!   rewrite of the same size inside one timestamp tick is seen (git's "racy
-//!   clean" problem). Trees larger than [`MAX_ENTRIES`] entries are not cached.
-//! - **Writes through warden.** Every call of a tool with a lasting write grant
-//!   (or a server tool) empties the cache, before and after it runs.
-//!
-//! The cache lives in one warden process: `serve` keeps it across calls and
-//! connections; each `warden call` is a new process and starts empty. It holds
-//! at most [`MAX_RESULTS`] results and [`MAX_BYTES`] bytes, oldest out first.
+//! The read-only result cache ([`ResultCache`]; `cache = "60s"` on a tool): a
+//! result is served again only to the same tool with the same arguments,
+//! within its time to live, while the state of everything it may read is
+//! unchanged ([`ResultCache::probe`] hashes the granted trees, at most
+//! [`MAX_ENTRIES`] entries); a tool that may write ([`may_write`]) empties it.
+//! One cache per warden process, at most [`MAX_RESULTS`] results and
+//! [`MAX_BYTES`] bytes. docs/policy.md, "`cache`", has the rules.
 
 #![forbid(unsafe_code)]
 

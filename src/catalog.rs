@@ -1,18 +1,10 @@
-//! The catalog: the tools that exist under the policy, each with its plugin,
-//! description and compiled input schema; name resolution with suggestions.
-//!
-//! Only tools the policy declares exist. A plugin's other tools are invisible.
-//! A tool whose plugin failed to load (missing file, sha256 mismatch), does not
-//! offer it, or whose definition no longer matches `warden.lock` stays in the
-//! catalog as *unavailable*, with the reason, so `list`, `policy check` and every
-//! call say why instead of pretending it is unknown.
-//!
-//! A `[servers.NAME]` entry contributes every tool the server lists, as
-//! `NAME__TOOL`; a server that cannot start leaves one unavailable entry,
-//! `NAME__*`, that says why. A server's tools are found when first needed
-//! (issue 19): resolving a `NAME__…` name starts that server alone, and
-//! [`Catalog::load_all`] (for `list`, `lock`, `policy check`, `audit` and MCP
-//! `tools/list`) starts every one; a call of another tool starts none.
+//! The catalog ([`Catalog`]): the tools that exist under the policy, each with
+//! its plugin, description and compiled input schema; name resolution with
+//! suggestions. Only tools the policy declares exist; one whose plugin or server
+//! failed, or whose definition no longer matches `warden.lock`, stays as
+//! *unavailable*, with the reason. A server's tools (`NAME__TOOL`) are found when
+//! first needed: resolving a `NAME__…` name starts that server alone, and
+//! [`Catalog::load_all`] starts every one.
 
 #![forbid(unsafe_code)]
 
@@ -52,7 +44,7 @@ pub struct Entry {
     /// Ready, or why not.
     pub state: Result<ReadyTool, CallError>,
     /// The definition a refused tool has now (its plugin's or server's), for
-    /// review: `warden list --json` shows it (issue 19).
+    /// review: `warden list --json` shows it.
     pub refused_definition: Option<ToolDef>,
 }
 
@@ -76,7 +68,7 @@ impl Catalog {
     /// [`Catalog::build`]; with `only`, just the tool a call names is made
     /// ready (its plugin loaded, its schema compiled): the others are listed
     /// by name (for the closest-name hint of a miss) and never loaded, so a
-    /// `warden call` of a process tool does not start wasmtime (issue 22).
+    /// `warden call` of a process tool does not start wasmtime.
     pub fn build_for(
         policy: &Policy,
         runtime: &ComponentRuntime,
@@ -378,7 +370,7 @@ impl Found<'_> {
                     ));
                 }
                 // Network grants likewise: only a network namespace whose one way
-                // out is warden's proxy holds a grant by host (issue 18).
+                // out is warden's proxy holds a grant by host.
                 if policy.mode == crate::policy::SandboxMode::Enforce
                     && !spec.grants.net.is_empty()
                     && let Some(why) =
@@ -405,8 +397,8 @@ impl Found<'_> {
     }
 }
 
-/// Refuses a third-party definition that carries text aimed at the model
-/// (issue 19), unless the policy's own description replaces the poisoned one.
+/// Refuses a third-party definition that carries text aimed at the model,
+/// unless the policy's own description replaces the poisoned one.
 fn poisoned(spec: &ToolSpec, owner: &str, def: &ToolDef) -> Result<(), CallError> {
     let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else {
         return Ok(());

@@ -1,7 +1,8 @@
 //! The stable error codes of a call and the exit codes they map to.
 //!
-//! Codes are part of the contract (`DESIGN.md`): their spelling never changes,
-//! and every code has exactly one exit code.
+//! Codes are part of the contract (README.md lists them with their exit codes,
+//! under "Use"): their spelling never changes, and every code has exactly one
+//! exit code.
 
 use std::fmt;
 

@@ -1,15 +1,20 @@
-//! The call pipeline. Data flows one way:
+//! The call pipeline. Data flows one way; the first stage that fails ends the call:
 //!
 //! ```text
-//! ToolCall ─► resolve (catalog) ─► validate (JSON Schema, path arguments)
-//!          ─► decide (policy tier + rules) ─► approve (approval)
+//! ToolCall ─► resolve (catalog) ─► validate (parsed, an object, ≤ 1 MiB)
+//!          ─► decide (policy tier + rules; `deny` ends here, even for an unavailable tool)
+//!          ─► validate (the tool available, JSON Schema, path arguments)
+//!          ─► approve (approval) ─► not cancelled, the audit log can take the record
+//!          ─► reuse (result cache: a hit skips run and shape)
 //!          ─► run (runtime, inside the tool's walls) ─► shape (sanitise, truncate)
 //!          ─► audit (durable) ─► CallResponse
 //! ```
 //!
-//! Every call that enters leaves exactly one audit record, written and fsynced
-//! before the response is returned; if the record cannot be written the response
-//! is `INTERNAL` and the tool's result is withheld.
+//! [`Executor::begin`] runs the stages through reuse, [`Executor::finish`] the rest.
+//! One audit record per call, fsynced before the response is returned; a background
+//! job writes two with the same call id (status `running` when it is accepted, by
+//! [`Executor::record_start`], and its end record). If the end record cannot be
+//! written the response is `INTERNAL` and the tool's result is withheld.
 
 #![forbid(unsafe_code)]
 

@@ -422,8 +422,8 @@ impl Poisoned {
     }
 }
 
-/// Why a plugin's or server's tool definition looks like tool poisoning
-/// (issue 19): its description, or any string of its input schema (property
+/// Why a plugin's or server's tool definition looks like tool poisoning:
+/// its description, or any string of its input schema (property
 /// descriptions, titles, defaults, enum values and names all reach the model).
 pub fn definition_poisoning(description: &str, input_schema: &str) -> Option<Poisoned> {
     if let Some(why) = poisoning(description) {
@@ -467,7 +467,7 @@ pub struct Surroundings {
     pub refused: Option<PolicyError>,
     /// The plugins' descriptions of tools that have no policy description, by tool name.
     pub descriptions: BTreeMap<String, String>,
-    /// Third-party definitions that address the model (issue 19): by the
+    /// Third-party definitions that address the model: by the
     /// owner's section (`plugins` or `servers`) and name, the tool and what was found.
     pub poisoned: Vec<(&'static str, String, String, Poisoned)>,
     /// warden's own files (the policy file, the audit log, the component cache), by what they are.

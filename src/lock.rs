@@ -1,27 +1,9 @@
-//! `warden.lock`: the tool definitions of every third-party plugin and MCP
-//! server, hashed, so that a definition that changes under the same name (a "rug
-//! pull": a new description that instructs the model, a widened schema) is
-//! refused until a person looks at it and accepts it with `warden lock`.
-//!
-//! A definition is a tool's name, description and input schema, hashed with
-//! sha256 as the JSON array `[name, description, input_schema]`. The lock lives
-//! beside the policy file:
-//!
-//! ```toml
-//! version = 1
-//!
-//! [plugins.hello]
-//! "greet" = "sha256:…"
-//!
-//! [servers.notes]
-//! "read_note" = "sha256:…"
-//! ```
-//!
-//! With no lock file, definitions are not pinned (a warning says so). Once the
-//! file exists, every plugin and server of the policy must be in it, with the
-//! definitions the tools have now; builtin plugins come with warden itself and
-//! are not locked. Command components are not locked either: the policy writes
-//! their definitions.
+//! `warden.lock` ([`Lock`]): the tool definitions of every third-party plugin
+//! and MCP server, hashed ([`definition_hash`]: sha256 of the JSON array
+//! `[name, description, input_schema]`), so that a definition that changes
+//! under the same name (a "rug pull") is refused until a person accepts it with
+//! `warden lock`. Builtin plugins and command programs are not locked. The file
+//! and the rules are in docs/plugins.md, "Pin it: sha256 and `warden.lock`".
 
 #![forbid(unsafe_code)]
 
@@ -84,8 +66,8 @@ pub struct Lock {
     #[serde(default)]
     pub servers: BTreeMap<String, BTreeMap<String, String>>,
     /// `[definitions.plugins.NAME."TOOL"]`, `[definitions.servers.NAME."TOOL"]`:
-    /// the accepted definitions themselves, so a change can be shown as a diff
-    /// (issue 19). Only the hashes decide what is pinned.
+    /// the accepted definitions themselves, so a change can be shown as a diff.
+    /// Only the hashes decide what is pinned.
     #[serde(default)]
     pub definitions: BTreeMap<String, BTreeMap<String, BTreeMap<String, Accepted>>>,
 }

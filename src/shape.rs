@@ -1,16 +1,9 @@
-//! Result shaping: every result leaves warden clean and bounded.
-//!
-//! * **Sanitise**: control characters other than newline and tab are removed from
-//!   every string, and so are invisible format characters (bidi overrides, zero-width
-//!   characters, the Unicode tag block), so a tool cannot smuggle terminal escapes
-//!   or hidden instructions to the model or the person reading.
-//! * **Truncate by type** to `max_output` bytes of JSON: a string keeps its head
-//!   and its tail around a marker that counts what was dropped; an array keeps its leading items plus a marker item;
-//!   an object first shrinks its largest members, and if that is not enough it is
-//!   wrapped as `{"truncated_json": "<prefix of its JSON>", "original_bytes": N}`.
-//! * **Content results** (MCP content blocks from `warden:plugin@0.2.0`
-//!   components) are fitted block by block ([`fit_content`]): binaries are
-//!   dropped whole, never cut, and the result counts what was dropped.
+//! Result shaping: every result leaves warden clean and bounded. [`sanitize`]
+//! removes control characters (but newline and tab) and invisible format
+//! characters from every string; [`truncate`] cuts a result to `max_output`
+//! bytes of JSON by type; [`fit_content`] fits a `warden:plugin@0.2.0` content
+//! result block by block (binaries dropped whole, never cut). docs/policy.md
+//! (`max_output`) says what a cut result looks like.
 
 #![forbid(unsafe_code)]
 

@@ -1,25 +1,9 @@
-//! Host-side reads of workspace content.
-//!
-//! The rule: **every host-side read of workspace content opens once beneath the
-//! workspace fd, refuses non-regular files and reads at most a bound.** Tools run
-//! concurrently with the host (a `serve` session, a wrapped MCP server that lives
-//! for the session), so anything under `{workspace}` may be swapped between a check
-//! and a use: a directory for a symbolic link to a root-only file, a file for a FIFO
-//! or for `/dev/zero`. So the host never resolves such a path twice:
-//!
-//! * the directory is opened first (`O_PATH | O_DIRECTORY`) from its canonical
-//!   path, itself with no symbolic link followed;
-//! * the file is opened once beneath that fd with `openat2` and
-//!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` (no `..` out,
-//!   no link of any kind on the way, the last component included), with
-//!   `O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, so that opening a FIFO cannot block and
-//!   a terminal cannot become the controlling one;
-//! * `fstat` of that fd refuses anything but a regular file;
-//! * at most `max + 1` bytes are read from that same fd (`st_size` is never
-//!   trusted: `/proc`-style files report 0), and the result says whether it was cut.
-//!
-//! Where `openat2` is missing (Linux before 5.6, or a seccomp filter that refuses
-//! it) the read fails closed: there is no path-based fallback.
+//! Host-side reads of workspace content ([`read_beneath`], [`Dir`]): opened once
+//! beneath the workspace fd with `openat2` (no link of any kind followed),
+//! regular files only, at most a bound ([`Bounded`]); no path-based fallback.
+//! Tools run concurrently with the host, so nothing under `{workspace}` is
+//! resolved twice. docs/security.md, "Host-side reads of the workspace", has
+//! the steps.
 
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! CI jobs under `policies/ci.toml` (issue 32): `warden run -- CMD …` as a CI
+//! CI jobs under `policies/ci.toml`: `warden run -- CMD …` as a CI
 //! step writes it, real programs in a checkout the invoking user owns (root in
 //! CI: a root-owned checkout, the tool uid 0 without capabilities), the
 //! program's own exit status, stdio passed through, and a refusal that names
@@ -170,7 +170,7 @@ fn a_toolchain_outside_the_grants_is_refused_never_swapped() {
     assert_eq!(stdout, "the toolchain python\nran\n", "{stderr}");
 }
 
-/// `AF_UNIX` inside the call (issue 32): multiprocessing's Manager (a socket
+/// `AF_UNIX` inside the call: multiprocessing's Manager (a socket
 /// under `{tmp}`), a pathname server in the checkout, an abstract name and
 /// datagram pairs, as test suites use them; the record says the call's root
 /// was built from its grants.
@@ -256,7 +256,7 @@ fn a_calls_socket_is_unreachable_from_another_call_and_host_sockets_from_both() 
 }
 
 /// With no network grant, a program that honours the proxy settings is
-/// refused at once by warden's proxy (issue 32): curl and npm (whose fetch
+/// refused at once by warden's proxy: curl and npm (whose fetch
 /// does not retry a 403, where it retries a failed lookup for about a minute)
 /// end with the proxy's 403, the hint names `net.connect` and the
 /// destination once, and the record keeps every refused attempt.
@@ -292,7 +292,7 @@ fn without_a_network_grant_the_proxy_refuses_at_once_naming_the_grant() {
 }
 
 /// A wrapped MCP server that fails after a refusal gets the same hints as a
-/// process tool (issue 32): from what it answered and what it wrote to stderr
+/// process tool: from what it answered and what it wrote to stderr
 /// during the call, naming the server and the `fs.read` line; a path inside
 /// its grants gets none.
 #[test]
@@ -351,7 +351,7 @@ for line in sys.stdin:
     assert!(!r.stdout.contains("hint:"), "a path inside its grants names no grant: {r:?}");
 }
 
-/// Hints at the wall (issue 32): a run that failed after the sandbox refused
+/// Hints at the wall: a run that failed after the sandbox refused
 /// a path outside its grants, a program not on its PATH and a name it cannot
 /// resolve ends with one line each on stderr naming the key and the value;
 /// `call --stream` prints the same once and keeps them in the result's `hints`.
@@ -427,7 +427,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     assert!(status.success(), "cannot write the wheel");
 }
 
-/// The programs of issue 32's acceptance, each through `warden run` under
+/// The programs a CI job must be able to run, each through `warden run` under
 /// `policies/ci.toml`, in a checkout the invoking user owns (root in CI: a
 /// root-owned checkout; an ordinary user in `.ci/unprivileged`): a venv and
 /// `pip install` of a local wheel with a console script; `npm ci` of a

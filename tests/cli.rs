@@ -318,7 +318,7 @@ fn exec_answers_openai_and_anthropic_shapes_in_order() {
     assert_eq!(r.code, 3);
 }
 
-/// Issue 19: a whole Chat Completions response, a Responses API
+/// A whole Chat Completions response, a Responses API
 /// `function_call` item and a whole Responses API response.
 #[test]
 fn exec_answers_chat_completions_responses_and_responses_api_items() {

@@ -1,4 +1,4 @@
-//! Components on the network (issue 18): sockets, name lookups and wasi:http
+//! Components on the network: sockets, name lookups and wasi:http
 //! judged by the egress rules, through the executor. Servers listen on
 //! 127.0.0.1 only; nothing leaves the machine.
 //!

@@ -246,7 +246,7 @@ fn a_cancelled_component_stops_before_its_timeout() {
     still_serves(&k);
 }
 
-/// Issue 17: the protected and denied paths of a call, enforced by warden's
+/// The protected and denied paths of a call, enforced by warden's
 /// WASI host on the builtin `fs` tools (a hand-built [`Protection`], as the
 /// executor builds it from the policy).
 mod protected_paths {
@@ -483,7 +483,7 @@ mod protected_paths {
     }
 }
 
-/// Issue 17 through the policy and the executor: `fs.deny_read` on the
+/// Protected and denied paths through the policy and the executor: `fs.deny_read` on the
 /// builtin file tools and the built-in protected paths, enforced by warden's
 /// WASI host; the error names the path and the key that releases it.
 #[test]

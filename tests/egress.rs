@@ -1,4 +1,4 @@
-//! Real clients through warden's egress proxy (issue 18, item 9): curl over
+//! Real clients through warden's egress proxy: curl over
 //! HTTP and HTTPS, Python's urllib, `pip install` from a simple index, `git
 //! clone` over smart HTTP, `npm install` of a tarball, and Node, each in a
 //! process tool whose only grant is its server's `host:port`, and the same

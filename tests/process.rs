@@ -195,7 +195,7 @@ fn status_shows_no_new_privs_seccomp_no_capabilities_and_only_stdio() {
 }
 
 /// Without a grant the call has a network namespace of its own with only
-/// loopback (issue 18): TCP sockets work but reach only that loopback
+/// loopback: TCP sockets work but reach only that loopback
 /// (ECONNREFUSED for the host's listener), MPTCP, raw and packet sockets stay
 /// refused (EPERM), and a datagram to the host's receiver goes nowhere.
 #[test]
@@ -560,7 +560,7 @@ fn daemons_do_not_outlive_their_call() {
 
 #[test]
 fn output_past_max_output_keeps_head_and_tail_and_the_program_runs_to_its_end() {
-    // Issue 19: a test runner's verdict is at the end of its output; the
+    // A test runner's verdict is at the end of its output; the
     // program is never killed for what it prints.
     let env = Env::new();
     let p = policy(&env, "", "timeout = \"30s\", max_output = \"64KiB\"");
@@ -934,7 +934,7 @@ fn a_cancelled_call_leaves_no_process_behind() {
 }
 
 /// A policy whose shell tool has `fs.deny_write` and `fs.deny_read` entries
-/// inside its grants (issue 17), and `{system}`.
+/// inside its grants, and `{system}`.
 fn masked_policy(env: &Env) -> String {
     let text = "version = 1\n[tools.shell]\nexec = [\"/bin/bash\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
          fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\", \"{tmp}\"]\n\
@@ -1083,7 +1083,7 @@ fn proc_and_dev_shm_are_the_calls_own() {
     assert_eq!(result(&r)["exit_code"], 7, "{r:?}");
 }
 
-/// Issue 19: a server starts on the first call of one of its tools, not for a
+/// A server starts on the first call of one of its tools, not for a
 /// call of another tool; `list` starts it; a server that cannot start says how
 /// it ended (exit status, the end of its stderr) and where it is declared.
 #[test]
@@ -1118,7 +1118,7 @@ fn servers_start_on_first_use_and_say_why_they_cannot() {
     assert!(r.stdout.contains("probe__*") && r.stdout.contains("UNAVAILABLE"), "{}", r.stdout);
 }
 
-/// Issue 19: as root, a tool runs as the workspace's owner; a program under a
+/// As root, a tool runs as the workspace's owner; a program under a
 /// root-only directory (a root-owned checkout or home) fails to start, and the
 /// error says so rather than pointing at fs.read, which grants it.
 #[test]
@@ -1147,7 +1147,7 @@ fn a_program_the_workspace_owner_cannot_reach_is_named() {
     assert!(msg.contains(&private.display().to_string()) && msg.contains("may not pass"), "{msg}");
 }
 
-// ---- WARDEN_PROGRESS_FD (issue 21 item 1): a process tool's own progress ----
+// ---- WARDEN_PROGRESS_FD: a process tool's own progress ----
 
 /// `warden call --stream shell COMMAND` under the one-tool policy with `limits`.
 fn streamed(env: &Env, limits: &str, command: &str) -> Run {

@@ -1,4 +1,4 @@
-//! Usability (issue 17): real programs, tried as a new user would, in a process
+//! Usability: real programs, tried as a new user would, in a process
 //! tool that reads `{system}` and the workspace and writes the workspace and
 //! `{tmp}` (the per-call namespaces, the private `/proc` and `/dev/shm`, and
 //! the protected paths all in force). Each must work.
@@ -481,7 +481,7 @@ fn sh_flags(env: &Env, shape: &Shape<'_>, flags: &[&str], command: &str) -> Run 
     env.run(&argv)
 }
 
-/// Issue 19: `pytest -v` over 3,001 tests, one failing near the end, under the
+/// `pytest -v` over 3,001 tests, one failing near the end, under the
 /// default `max_output` (64 KiB): the run goes to its end (nothing is killed for
 /// its output), the result keeps the head and the tail (the summary line and
 /// the failure), and `--exit-status` makes the CI step fail with pytest's own 1.
@@ -522,7 +522,7 @@ fn pytest_with_3001_tests_and_a_failure_fails_the_step_with_exit_status() {
     assert_eq!(r.code, 0, "without --exit-status, a call that ran exits 0: {r:?}");
 }
 
-/// Issue 19: `--exit-status` for a signal (128+N) and `--stream` copying the
+/// `--exit-status` for a signal (128+N) and `--stream` copying the
 /// program's output to stderr as it arrives, cleaned of terminal escapes.
 #[test]
 fn exit_status_reports_signals_and_stream_copies_output_cleaned() {
@@ -547,7 +547,7 @@ fn exit_status_reports_signals_and_stream_copies_output_cleaned() {
     assert_eq!(doc["result"]["exit_code"], 4);
 }
 
-/// Issues 19 and 32: `policies/ci.toml` as shipped runs real test runners in
+/// `policies/ci.toml` as shipped runs real test runners in
 /// a CI step, `warden run -- …`: `python3 -m unittest` (a failure fails the
 /// step: warden exits with the runner's status), `npm test` with node's own
 /// runner, and `cargo test --offline` where this user has a toolchain. Its

@@ -213,7 +213,7 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
                         },
                         Err(why) => missing.push(format!("its protected and denied paths: {why}")),
                     }
-                    // The egress mechanism (issue 18).
+                    // The egress mechanism.
                     match (namespace_refusal(), e.spec.grants.net.is_empty()) {
                         (None, true) => layers.push("network: a namespace of its own, loopback only".into()),
                         (None, false) => layers.push(format!(

@@ -1,4 +1,4 @@
-//! `warden call --stream` and `--exit-status` (issue 19): a CI step sees a long
+//! `warden call --stream` and `--exit-status`: a CI step sees a long
 //! run as it happens, and fails when the program failed.
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,8 +1,10 @@
 //! The `warden` command: parse flags, build the executor, run one command.
 //!
 //! stdout carries results only; logs and diagnostics go to stderr. Exit codes
-//! follow DESIGN.md: 0 success, 1 the tool failed, 2 bad usage or input, 3 denied
-//! or not approved, 4 timeout or limit, 5 sandbox unavailable, 70 internal.
+//! are the ones README.md lists under "Use" (each error code's is
+//! [`crate::error::ErrorCode::exit_code`]): 0 success, 1 the tool failed, 2 bad
+//! usage or input, 3 denied or not approved, 4 timeout or limit, 5 sandbox
+//! unavailable, 70 internal, 130 cancelled.
 
 #![forbid(unsafe_code)]
 
@@ -425,7 +427,7 @@ fn lock(cli: &Cli, check: bool, show: Option<&str>) -> Result<u8, Failure> {
             }
         }
     }
-    // Definitions that address the model are never accepted silently (issue 19).
+    // Definitions that address the model are never accepted silently.
     let mut poisoned = Vec::new();
     for (key, (_, name, def)) in &found {
         let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };

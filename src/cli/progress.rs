@@ -1,4 +1,4 @@
-//! Tool progress in `warden call` (issue 21): on a terminal, one line at the
+//! Tool progress in `warden call`: on a terminal, one line at the
 //! bottom that updates in place (`[tool] progress 3/10 (30%): message`) and is
 //! erased when the call returns; otherwise, with `--stream`, one plain line
 //! per report, so a CI log keeps them all.

@@ -1,20 +1,10 @@
 //! Approval over MCP: the question put to the client's user, and the two ways
-//! it travels.
-//!
-//! * **Legacy sessions** (initialize handshake) that declared the elicitation
-//!   capability get an `elicitation/create` request in the middle of the call
-//!   ([`Live`]); the call waits for the answer, the approval timeout, or the
-//!   client's cancellation.
-//! * **2026-07-28 clients** get an `input_required` result carrying the same
-//!   elicitation and a `requestState` ([`Stateless`]). The state is HMAC-sealed
-//!   with this process's key and bound, as associated data, to the tool and the
-//!   sha256 of the arguments; inside are a nonce and an expiry. The client's
-//!   retry must bring the state back untouched with the same arguments, before it
-//!   expires, and only once: each nonce is accepted a single time.
-//!
-//! Every failure (no capability, declined, dismissed, timed out, forged,
-//! tampered, expired, replayed) is a [`Verdict`] that stops the call; nothing
-//! runs without an answer.
+//! it travels: an `elicitation/create` request in the middle of the call for a
+//! legacy session that declared elicitation ([`Live`]), or, for a 2026-07-28
+//! client, an `input_required` result with an HMAC-sealed `requestState` bound
+//! to the tool and the arguments' sha256, accepted once before it expires
+//! ([`Stateless`]). Every failure is a [`Verdict`] that stops the call: nothing
+//! runs without an answer. docs/mcp.md, "Approval".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,53 +1,12 @@
-//! Streamable HTTP, the second transport: `warden serve --http ADDR`.
+//! Streamable HTTP, the second transport: `warden serve --http ADDR` ([`serve`],
+//! [`HttpOptions`]).
 //!
-//! Stateless (no MCP sessions), so several instances can sit behind a load
-//! balancer when they share `WARDEN_STATE_KEY`. Every request must carry
-//! `Authorization: Bearer TOKEN` (401 otherwise, compared in constant time); a
-//! request with an `Origin` header must come from a loopback origin or one given
-//! with `--allow-origin` (403 otherwise), and its `Host` must name this server
-//! (rmcp's DNS-rebinding check, 403). Only `/mcp` is served.
-//!
-//! # Limits: what an unauthenticated client can hold
-//!
-//! Anyone who can reach the port can open connections without the token, so
-//! every resource a connection holds before authentication is bounded:
-//!
-//! * **Descriptors.** At start the soft `RLIMIT_NOFILE` is raised to the hard
-//!   limit, and the connection cap is derived from the result:
-//!   `min(MAX_CONNECTIONS, nofile - min(FD_RESERVE, nofile / 2))`, so that the
-//!   tools, the audit log and the components keep descriptors of their own
-//!   (1024 connections with the usual limits; 768 when `ulimit -n` is 1024).
-//!   Evicted connections are closed by their own tasks; `accept` waits when
-//!   more than [`CLOSING_SLACK`] of them are still closing, so the sockets
-//!   open never exceed the cap by more than that.
-//! * **The cap does not lock anyone out.** When a new connection arrives at the
-//!   cap, warden closes the oldest connection that has no authenticated request
-//!   in flight (first those that never sent an authenticated request, oldest
-//!   first; then authenticated ones idle between requests, least recently used
-//!   first) and admits the newcomer. It refuses a newcomer only when every slot
-//!   holds an authenticated request in progress. Idle or slow unauthenticated
-//!   connections therefore cannot keep a client that holds the token out:
-//!   theirs are the first slots given up. (A client must send its request
-//!   promptly after connecting: a flood of newer connections can evict a
-//!   connection that has not sent one yet.)
-//! * **Time before authentication.** A connection must deliver the headers of
-//!   an authenticated request within [`HEADER_READ_TIMEOUT`] of being accepted,
-//!   or it is closed (slowloris, idle sockets, or a client that only collects
-//!   401s).
-//! * **Time between requests.** Once authenticated, a keep-alive connection is
-//!   closed when the next request's headers are not complete within
-//!   [`IDLE_TIMEOUT`] of the previous response (hyper's header-read timeout).
-//!   A request in progress (a running tool) has no such limit.
-//! * **The listen queue** is [`LISTEN_BACKLOG`] long, so a burst of connects
-//!   does not drop the SYNs of clients with the token while warden catches up.
-//! * **`accept` failures** (EMFILE, ENFILE, ENOBUFS, ENOMEM) back off from
-//!   [`ACCEPT_BACKOFF_MIN`] doubling to [`ACCEPT_BACKOFF_MAX`] instead of
-//!   spinning, and like evictions and refusals are reported at most once per
-//!   [`WARN_INTERVAL`], with the count of the reports suppressed meanwhile.
-//!
-//! `WARDEN_HTTP_MAX_CONNECTIONS` (lowers or raises the cap, still bounded by the
-//! descriptors), `WARDEN_HTTP_HEADER_TIMEOUT_MS` and
-//! `WARDEN_HTTP_IDLE_TIMEOUT_MS` override the defaults.
+//! Stateless (no MCP sessions); only `/mcp` is served, to requests that carry
+//! the bearer token, name this server in `Host` and, with an `Origin`, come
+//! from loopback or an `--allow-origin` one. Everything a connection can hold before it authenticates
+//! is bounded (connection cap with eviction, header and idle timeouts, listen
+//! queue, accept back-off): the limits and their settings are in docs/mcp.md,
+//! "Streamable HTTP" and "Connection limits and timeouts".
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -71,7 +30,9 @@ use sha2::Digest;
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// The most connections held at once (`WARDEN_HTTP_MAX_CONNECTIONS` changes
-/// it), further bounded by the descriptors: see the module documentation.
+/// it), further bounded by the descriptors: at start the soft `RLIMIT_NOFILE`
+/// is raised to the hard limit, and the cap is at most
+/// `nofile - min(FD_RESERVE, nofile / 2)`.
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Descriptors kept out of the connection cap for everything else warden

@@ -1,38 +1,12 @@
-//! Background jobs: tools with `background = true` under `warden serve`.
+//! Background jobs ([`Jobs`]): tools with `background = true` under `warden serve`.
 //!
-//! A call of such a tool goes through every stage before Run in the request
-//! (resolve, validate, decide, approve: the user is asked before anything
-//! starts), then gets a start record (status `running`) and answers at once
-//! with `{"job": "j-…", "status": "running"}`. Run, shaping and the end record
-//! (same call id) happen on a thread of the job's own, in the same sandbox
-//! and limits as a foreground call. warden's own tools follow it:
-//!
-//! * `job_status {job}`: status, exit, the result document once it ended;
-//! * `job_output {job, offset?, limit?}`: the program's output from `offset`,
-//!   at most [`MAX_OUTPUT_CHUNK`] bytes a call;
-//! * `job_cancel {job}`: the same teardown as `notifications/cancelled` (the
-//!   process group killed, a component's epoch ended), waiting up to
-//!   [`CANCEL_WAIT`] for the end record;
-//! * `job_list {}`: the caller's jobs.
-//!
-//! # Guarantees
-//!
-//! * **Bounded.** At most `[defaults] max_jobs` run at once (one more is
-//!   refused, naming the key); output is kept head and tail within the tool's
-//!   `limits.max_output` (the middle dropped and counted); an ended job is
-//!   kept [`FINISHED_TTL`], and at most [`MAX_FINISHED`] of them, then forgotten.
-//! * **Private.** A handle is 128 random bits, and belongs to who started it:
-//!   the stdio connection, or the HTTP bearer token (warden's HTTP has one
-//!   token, so one HTTP owner per server). Anyone else gets `NOT_FOUND`, the
-//!   same answer as for a handle that never existed.
-//! * **Never orphaned.** [`Jobs::shutdown`] (stdin closed, SIGTERM/SIGINT,
-//!   the HTTP server stopping) cancels every running job and waits for its end
-//!   record before `serve` exits.
-//!
-//! The job tools are warden's own: they are offered only when a tool is
-//! background, the policy may not name a tool like them then (a policy
-//! error), and their calls are not audited (they read the job table; the
-//! job's own call has its two records).
+//! A call of such a tool passes every stage before Run in the request (the
+//! user is asked before anything starts), gets its start record (status
+//! `running`) and answers at once with a handle ([`Jobs::start`]); Run and the
+//! end record (same call id) happen on a thread of the job's own. warden's own
+//! tools ([`tools`], [`call`]: `job_status`, `job_output`, `job_cancel`,
+//! `job_list`) follow it; they read the job table and are not audited.
+//! Bounds, ownership of handles and shutdown are in docs/mcp.md, "Background jobs".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

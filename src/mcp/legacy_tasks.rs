@@ -1,27 +1,12 @@
-//! The 2025-11-25 experimental tasks, around rmcp.
-//!
-//! rmcp 3.9.0 models the 2026-07-28 tasks extension but not the experimental
-//! tasks of 2025-11-25, and drops the fields they add (`params.task`,
-//! `capabilities.tasks`, a tool's `execution`). This module rewrites the frames
-//! of a 2025-11-25 session on their way in and out of rmcp, and nothing else:
-//!
-//! * in: `initialize` asking for 2025-11-25 marks the session; a `tools/call`
-//!   with `params.task` carries it on in `_meta` under a private key instead;
-//!   `tasks/get|result|list|cancel` are renamed to a private method that
-//!   [`super::server`] answers with [`super::tasks::legacy_request`];
-//! * out: the `initialize` result gains `capabilities.tasks`; `tools/list`
-//!   marks background tools `execution.taskSupport: "optional"`; the answer to a
-//!   task-augmented call that started a job becomes `{"task": …}`.
-//!
-//! The private key and method embed 128 random bits drawn when `serve` starts,
-//! so a client cannot reach them by naming them. A task call's answer is found
-//! by that key in its `_meta` (only [`super::server`] puts it there), never by
-//! its id, and a frame that would still show the key goes out as an internal
-//! error instead. The answers to `initialize` and `tools/list` are matched by
-//! id as rmcp reads it (`1.0` is `1`), at most [`MAX_PENDING`] at once (past
-//! that they go out unrewritten: the session then offers no 2025 tasks, and
-//! background tools still answer job handles). A frame this module does not
-//! need is not parsed: a byte check comes first.
+//! The 2025-11-25 experimental tasks, around rmcp (which models only the
+//! 2026-07-28 extension): a [`Session`] rewrites the frames of a 2025-11-25
+//! session on their way in ([`Session::inbound`]: `params.task` into `_meta`,
+//! `tasks/*` to a private method) and out ([`Session::outbound`]:
+//! `capabilities.tasks`, `execution.taskSupport`, `{"task": …}`), and nothing
+//! else. The private key and method carry 128 random bits drawn when `serve`
+//! starts ([`Legacy`]); a frame that would still show the key goes out as an
+//! internal error. A frame this module does not need is not parsed: a byte check
+//! comes first. docs/mcp.md, "Tasks", says what a client sees.
 
 use std::collections::HashMap;
 use std::sync::Arc;

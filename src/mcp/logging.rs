@@ -1,21 +1,10 @@
-//! MCP logging: the level a client asked for, and warden's own warnings as
-//! `notifications/message`.
-//!
-//! A client chooses a level with `logging/setLevel` (legacy sessions, up to
-//! 2025-11-25) or per request with `_meta["io.modelcontextprotocol/logLevel"]`
-//! (2026-07-28). warden sends nothing until a level is chosen. What it sends
-//! is about warden, never a tool's own output: a call that did not run because
-//! the policy denied it, because nobody could approve it, or because someone
-//! said no goes out at `warning`, with the tool, the error code and the
-//! message the result carries too (logger `warden`), so a client that shows
-//! its log sees refusals the agent may not repeat.
-//!
-//! Where the level lives: on stdio the handler is the session, so
-//! `logging/setLevel` holds for the rest of it. Streamable HTTP is stateless
-//! (no `Mcp-Session-Id`): each request has a handler of its own, so a
-//! `logging/setLevel` is accepted and answered `{}` but cannot reach the
-//! requests after it; only a 2026-07-28 client's per-request `logLevel` takes
-//! effect there.
+//! MCP logging ([`Logger`], [`SessionLevel`]): the level a client asked for
+//! (`logging/setLevel`, or a 2026-07-28 request's own `logLevel`), and warden's
+//! own warnings as `notifications/message`: a call the policy denied, nobody
+//! could approve, or someone rejected, at `warning`, logger `warden`. Nothing is
+//! sent before a level is chosen, and never a tool's own output. On stdio the
+//! level lasts the session; over stateless HTTP only the per-request one holds.
+//! docs/mcp.md, "Logging, prompts, resources".
 
 #![allow(deprecated)] // rmcp marks logging deprecated (SEP-2577); 2025-11-25 clients still use it.
 

@@ -1,19 +1,10 @@
-//! `warden serve`: the policy's tools to any MCP client.
-//!
-//! * [`server`]: `tools/list` and `tools/call` over the executor, progress and
-//!   cancellation.
-//! * [`approval`]: `ask`/`confirm` answered by the client's user, through
-//!   `elicitation/create` (legacy sessions) or `input_required` with a sealed,
-//!   single-use `requestState` (2026-07-28).
-//! * [`tools`]: tool definitions and annotations from the policy; responses as results.
-//! * [`http`]: the Streamable HTTP transport (bearer token, Origin check).
-//! * [`logging`]: the client's log level and warden's refusals as log messages.
-//! * [`jobs`]: tools with `background = true`: the job table and warden's `job_*` tools.
-//! * [`tasks`]: those jobs as MCP tasks (the 2026-07-28 extension, and the
-//!   2025-11-25 experimental tasks, whose frames [`legacy_tasks`] rewrites around rmcp).
-//!
-//! On stdio, stdout carries only MCP frames; logs go to stderr; the server exits
-//! 0 when stdin closes.
+//! `warden serve`: the policy's tools to any MCP client. [`server`] answers
+//! `tools/list` and `tools/call` over the executor; [`approval`] asks the
+//! client's user; [`tools`] turns policy tools into definitions and responses
+//! into results; [`http`] is the Streamable HTTP transport; [`logging`] the
+//! client's log level; [`jobs`] and [`tasks`] (with [`legacy_tasks`]) run
+//! `background = true` tools. On stdio, stdout carries only MCP frames, logs go
+//! to stderr, and the server exits 0 when stdin closes. See docs/mcp.md.
 
 #![forbid(unsafe_code)]
 

@@ -1,22 +1,11 @@
-//! The MCP server: `tools/list` and `tools/call` over the policy's tools.
-//!
-//! warden has no prompts and no resources: it declares both capabilities and
-//! serves them empty, so every method it answers is one it declares (a
-//! 2026-07-28 `server/discover` must list what `prompts/list` serves).
-//! `prompts/get` of any name and `resources/read` of any URI are "not found":
-//! -32602 with the name or `uri` in `data` (SEP-2164). `completion/complete`
-//! answers no values. `logging/setLevel` is accepted (see [`super::logging`]).
-//!
-//! Every call goes through the same [`Executor`] as `warden call`, on a blocking
-//! thread, with the MCP client as its approval channel (see [`super::approval`])
-//! and a cancel switch that `notifications/cancelled` (or a dropped request)
-//! turns on. When the client asked for progress (a progress token), a tool's
-//! own reports (a `warden:plugin@0.2.0` component's `progress` import, or a
-//! process tool's `WARDEN_PROGRESS_FD` lines, already
-//! bounded and rate-limited by the runtime) become `notifications/progress`
-//! with numeric `progress` and `total`, strictly increasing, all sent before
-//! the response; a call that reports nothing of its own and runs longer than a
-//! second reports its running time once a second instead.
+//! The MCP server ([`WardenServer`], its [`Shared`] state): `tools/list` and
+//! `tools/call` over the policy's tools, through the same [`Executor`] as
+//! `warden call`, at most [`MAX_CONCURRENT_CALLS`] at once, with the client as
+//! the approval channel ([`super::approval`]), `notifications/cancelled` as the
+//! cancel switch, and a tool's progress (or, without any, its running time once
+//! a second) as `notifications/progress`. Prompts, resources and completions are
+//! declared and served empty; logging is [`super::logging`]'s. What a client
+//! sees is in docs/mcp.md.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

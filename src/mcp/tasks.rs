@@ -1,30 +1,10 @@
-//! MCP tasks: a background tool's job, seen through either generation of tasks.
-//!
-//! A task *is* a job of [`super::jobs`]: the same table, the same handle
-//! (`j-…`, 128 random bits, which is the task id), the same owner (the stdio
-//! connection or the HTTP token), the same `max_jobs`, output, teardown and
-//! two audit records. A task exists only once its job does, so only once the
-//! call was approved and its start record written: approval is never inside a
-//! task. Only tools with `background = true` run as tasks; every other tool
-//! answers in the request as always.
-//!
-//! * **2026-07-28, the `io.modelcontextprotocol/tasks` extension (SEP-2663).**
-//!   rmcp routes it: the server declares the extension, a `tools/call` of a
-//!   background tool from a client that declared it answers a
-//!   `CreateTaskResult` (`resultType: "task"`), `tasks/get` inlines the final
-//!   result, `tasks/cancel` tears the sandbox down. A tool's error result
-//!   (`isError`) is a `completed` task, as the extension says; `failed` is for
-//!   protocol faults, which a started job does not have.
-//! * **2025-11-25 experimental tasks** (what VS Code polls). rmcp 3.9.0 does not
-//!   model them, so [`super::legacy_tasks`] rewrites those frames around rmcp
-//!   and [`legacy_request`] answers `tasks/get`, `tasks/result`, `tasks/list`
-//!   and `tasks/cancel`. There an `isError` result is a `failed` task, as that
-//!   revision says.
-//!
-//! Neither generation has input during a task here (`input_required` never
-//! happens: the approval came before), and neither sends
-//! `notifications/tasks/status` (optional in both): clients poll, at
-//! [`POLL_INTERVAL_MS`].
+//! MCP tasks: a background tool's job ([`super::jobs`]) seen through either
+//! generation of tasks. A task *is* a job (same table, handle, owner, limits
+//! and two audit records), so it exists only once the call was approved.
+//! The 2026-07-28 extension (SEP-2663) is routed by rmcp ([`created`],
+//! [`detailed`], [`cancel`]); the 2025-11-25 experimental tasks are answered by
+//! [`legacy_request`] behind [`super::legacy_tasks`]. Clients poll, at
+//! [`POLL_INTERVAL_MS`]. The behaviour of both is in docs/mcp.md, "Tasks".
 
 use std::time::SystemTime;
 

@@ -1,4 +1,4 @@
-//! A program's output streams, bounded without stopping the program (issue 19).
+//! A program's output streams, bounded without stopping the program.
 //!
 //! A test runner's verdict is at the end of its output, and the first failure
 //! near the start: a stream keeps its first half and its last half of

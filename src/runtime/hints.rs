@@ -1,4 +1,4 @@
-//! Hints at the wall (issue 32): when a process call failed after the sandbox
+//! Hints at the wall: when a process call failed after the sandbox
 //! refused something, its result's `hints` name the key and the value to add,
 //! once each, for a person scanning a CI log (`--stream` and `warden run`
 //! print them at the end).

@@ -1,24 +1,11 @@
-//! The layer of a process call or server: its writes to each directory it may
-//! write land in an overlay upper directory that warden owns, outside every
-//! grant, and reach the real tree only through [`Layer::apply`], which asks
-//! [`persist::Judge`] about every entry first. The host sees nothing the tool
-//! wrote until the call ends (for a server, until each request ends), and
-//! then only what the judgement allows; so no host program (a `git status`
-//! in a shell prompt, an editor) can load what a tool planted, during the call
-//! or after it, and no placeholder is ever made in the person's workspace.
-//!
-//! The helper mounts the overlays (`super::process::mounts::apply_layers`):
-//! the real directory as the lower layer, this module's upper and work
-//! directories, `redirect_dir=nofollow` (a directory that existed before the
-//! call cannot be renamed: `EXDEV`, as across file systems), no metacopy, no
-//! index, `volatile` (the upper is applied, not kept).
-//!
-//! What this module trusts: nothing in the upper directories (the tool wrote
-//! them; it is dead when they are read, but every name, type and link is
-//! judged, no link is followed, and set-user-ID bits never reach the host);
-//! the real tree may change while it applies (other calls, the person), so
-//! every real directory is opened beneath its grant's root with no link
-//! followed.
+//! The layer of a process call or server ([`Layer`]): its writes to each
+//! directory it may write land in an overlay upper directory that warden owns,
+//! outside every grant, and reach the real tree only through [`Layer::apply`],
+//! which asks [`persist::Judge`] about every entry first, so the host sees
+//! nothing the tool wrote until the call (or a server's request) ends, and then
+//! only what the judgement allows. Nothing in the upper directories is trusted,
+//! and real directories are opened beneath their grant's root with no link
+//! followed. docs/security.md, "How each runtime holds them", has the details.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};

@@ -1,20 +1,11 @@
 //! What a tool may leave in a write grant: nothing that a program on the host
 //! loads and runs when the person runs an ordinary command there (any git
-//! command, opening a shell, an editor or an agent in the folder).
-//!
-//! One judgement ([`Judge::judge`]) serves every runtime: the WASI host asks it
-//! before each write a component makes (against the real tree), and the
-//! process layer asks it for every entry a process call or server left in its
-//! layer before anything reaches the real tree (against the tree as it will
-//! be). Git is closed by construction, from git's own definition of a
-//! repository (a directory with `HEAD`, and `objects` and `refs` or a
-//! `commondir`): inside any git directory only what ordinary git work writes
-//! may change ([`git_place`]); no new git directory, and no `.git`, may appear
-//! outside one except a submodule's or worktree's (vetted) or where the tool
-//! has `fs.git_init` (vetted: a config with only the keys `git init`, `clone`
-//! and `submodule` write, hooks only `*.sample`). The editors', shells' and
-//! agents' files are a list ([`AUTO_RUN`]), each member with its reason;
-//! docs/security.md ("Persistence") says why each rule holds.
+//! command, a shell, an editor or an agent in the folder). One judgement
+//! ([`Judge::judge`]) serves every runtime: the WASI host before each write, the
+//! process layer for every entry a call left. Git is closed by construction
+//! ([`git_place`]); the editors', shells' and agents' files are a list
+//! ([`AUTO_RUN`]). docs/security.md, "Protected paths and persistence", says
+//! why each rule holds.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

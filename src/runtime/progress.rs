@@ -1,20 +1,11 @@
-//! Progress reports of a running call, whichever runtime they come from: a
-//! `warden:plugin@0.2.0` component's `progress` import, or the JSON lines a
-//! process tool writes to `WARDEN_PROGRESS_FD` ([`super::process::progress`]).
-//!
-//! Input is untrusted: the numbers and the message are the tool's. The
-//! [`Reporter`] is the one place that bounds them: a report must increase,
-//! its message is cleaned ([`crate::shape::sanitize_str`], with line breaks and
-//! tabs turned into spaces so a message cannot forge a line of its own) and cut
-//! to [`MAX_PROGRESS_MESSAGE`] bytes, a `total` below the progress is dropped,
-//! and reports are forwarded at most once per [`PROGRESS_INTERVAL`]; a report
-//! that comes sooner waits as the pending one (a later one replaces it) and is
-//! sent when the interval has passed ([`Reporter::flush_due`]), at the next
-//! report, or when the call returns ([`Reporter::flush`]). Reports go to the
-//! call's [`ProgressSink`] (`warden serve`: MCP `notifications/progress`), or
-//! else as `[tool] progress N/M: message` lines to its [`OutputTap`]'s stderr
-//! (`warden call --stream`). The counts of accepted and ignored reports go to
-//! the audit record ([`ProgressCounts`]).
+//! Progress reports of a running call, whichever runtime they come from (a
+//! `warden:plugin@0.2.0` component's `progress` import, or a process tool's
+//! `WARDEN_PROGRESS_FD` lines, [`super::process::progress`]). The [`Reporter`]
+//! is the one place that bounds them (increasing, cleaned, cut to
+//! [`MAX_PROGRESS_MESSAGE`] bytes, at most one per [`PROGRESS_INTERVAL`]) and
+//! sends them to the call's [`ProgressSink`] or, else, its [`OutputTap`]'s
+//! stderr; [`ProgressCounts`] go to the audit record. docs/policy.md
+//! ("Progress") has the rules.
 
 use std::time::{Duration, Instant};
 

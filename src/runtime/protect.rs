@@ -1,16 +1,10 @@
 //! Paths inside a call's grants that it may not write (the built-in protected
-//! paths and `fs.deny_write`) or not reach at all (`fs.deny_read`).
-//!
-//! Landlock rules are allow-lists: a path cannot be carved out of a granted
-//! tree. So these rules are enforced by another layer, chosen by the runtime:
-//! the judgement of what a call leaves in its grants ([`super::persist`]),
-//! applied to a process call's layer ([`super::layer`]) and at each write of a
-//! component ([`super::wasm`]); and, so that a write fails at once, read-only
-//! binds and masks in a process call's mount namespace ([`super::process`]).
-//! [`Protection`] is what they are given: the concrete paths of this call
-//! ([`PathRule`], globs expanded when the call starts, failing closed), the
-//! patterns they came from ([`DenyPattern`], matched at every access), and
-//! `fs.unprotect` and `fs.git_init`.
+//! paths and `fs.deny_write`) or not reach at all (`fs.deny_read`):
+//! [`Protection`], the concrete paths of a call ([`PathRule`], globs expanded
+//! when it starts, failing closed) and the patterns they came from
+//! ([`DenyPattern`]). Landlock cannot carve them out of a grant, so the runtimes
+//! enforce them: the judgement of [`super::persist`], read-only binds and masks
+//! in a process call's mount namespace, and the checks of the WASI host.
 
 use std::path::{Component, Path, PathBuf};
 

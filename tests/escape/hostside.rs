@@ -1,4 +1,4 @@
-//! Host-side reads (issue 16, finding 7): what warden itself reads from the
+//! Host-side reads: what warden itself reads from the
 //! workspace while a tool runs beside it. The approval preview of `write_file`
 //! reads the file it would replace; a tool running concurrently (a `serve`
 //! session, a wrapped MCP server) swaps a workspace directory under it for a

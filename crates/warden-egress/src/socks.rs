@@ -1,18 +1,6 @@
-//! SOCKS5 (RFC 1928) with names resolved by warden.
-//!
-//! Only what a proxy-aware program needs: no authentication (method `0x00`;
-//! a client that offers none gets `0xFF`), the `CONNECT` command (others get
-//! `0x07`), IPv4, domain and IPv6 destinations (others get `0x08`). A domain is
-//! resolved by warden (`socks5h://`), so the program needs no resolver; an IP
-//! literal passes only when a grant names that literal. The greeting and the
-//! request must arrive within [`HEAD_TIMEOUT`].
-//!
-//! Replies: `0x02` refused by the policy, `0x04` the name did not resolve or
-//! the host is unreachable, `0x03` the network is unreachable, `0x05` the
-//! destination refused, `0x06` connecting timed out, `0x01` the proxy is busy,
-//! `0x00` connected (bound address `0.0.0.0:0`), after which bytes are copied
-//! both ways as for HTTP `CONNECT`. SOCKS has no room for text: the reason is
-//! in the journal, and so in the tool's result.
+//! SOCKS5 (RFC 1928) for the egress proxy (`handle`), with names resolved by
+//! warden: no authentication, `CONNECT` only, greeting and request within
+//! [`HEAD_TIMEOUT`]. The reply codes are in docs/security.md, "The egress proxy".
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};

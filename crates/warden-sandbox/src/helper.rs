@@ -1,43 +1,10 @@
-//! The sandbox helper: the `warden-sandbox` binary, or `warden` re-executed with
-//! [`HELPER_ARG`]; single-threaded, before any runtime starts. Its stdin is a
-//! socket to the host (see [`spec`]). It closes every inherited descriptor but
-//! 0–2, moves the socket to [`REPORT_FD`] with close-on-exec, reads its
-//! [`SandboxSpec`] there and, in this order:
-//!
-//! 1. reopens stdin on `/dev/null` (the tool gets no input), or, for an MCP
-//!    server, on the host socket itself (its requests arrive there);
-//! 2. starts a new session and process group (the host kills the whole group);
-//! 3. asks for `SIGKILL` when its parent dies, then checks the parent is still the host;
-//! 4. joins the per-call cgroups (pids and memory, as root); makes the call's
-//!    namespaces when the host asks ([`namespaces`]: user when not root, mount,
-//!    pid, IPC, network with only loopback) and forks; with network grants
-//!    listens for warden's proxy inside and hands the socket over ([`netns`]); the parent stays outside as the monitor, the child
-//!    is pid 1 of the new pid namespace and goes on; mounts a fresh `/proc`,
-//!    `{tmp}` as a tmpfs of its own (with a private `/dev/shm` for `{system}`;
-//!    [`tmpfs`]), each write grant as an overlay over the host's layer
-//!    directories, then the protected and denied paths ([`mounts`]); without the
-//!    call's namespaces, as root, `{tmp}` gets a mount namespace of its own and
-//!    the call a private IPC namespace as before;
-//! 5. sets the rlimits (CORE = 0, CPU, AS, NOFILE, FSIZE, NPROC when not root),
-//!    and `oom_score_adj` = 1000, so that under memory pressure the kernel's OOM
-//!    killer takes the tool's processes before warden (memory a tool holds in
-//!    `memfd` files counts towards no process's size);
-//! 6. as root or in the call's user namespace: locks the securebits, becomes the workspace owner when that is
-//!    not root (and asks for the parent-death signal again: a uid change clears
-//!    it), and empties every capability set;
-//! 7. changes to the working directory; sets `NO_NEW_PRIVS`; restores the
-//!    default action of `SIGXFSZ` and `SIGPIPE` (warden ignores them, and an
-//!    ignored signal stays ignored across `execve`: the tool must die of
-//!    `limits.file_size`, and `yes | head` must end without "Broken pipe");
-//!    keeps the progress pipe's write end (received from the host after the
-//!    spec, in the call's namespaces) open across `execve` and names it in
-//!    `WARDEN_PROGRESS_FD` ([`progress`]): the one descriptor above 2 the tool gets;
-//! 8. Landlock; 9. seccomp, last; then reports and `execve`s the tool.
-//!
-//! Any failure is reported on the socket and the helper exits 126: the tool
-//! never runs half-confined. A failed `execve` is reported too (exit 127).
-//!
-//! [`spec`]: crate::spec
+//! The sandbox helper ([`run_main`]): the `warden-sandbox` binary, or `warden`
+//! re-executed with [`HELPER_ARG`]; single-threaded, before any runtime starts.
+//! Its stdin is a socket to the host: it moves it to [`REPORT_FD`], reads its
+//! [`SandboxSpec`] there, confines itself stage by stage (the numbered comments
+//! below; the table in docs/security.md, "The helper, stage by stage"), reports
+//! and `execve`s the tool. Any failure is reported on the socket and the helper
+//! exits 126: the tool never runs half-confined (a failed `execve` exits 127).
 
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -201,7 +168,7 @@ fn confine(
         r.cgroup = true;
     }
 
-    // 4b. The call's own namespaces (issue 17): from here on this is the
+    // 4b. The call's own namespaces: from here on this is the
     // child, pid 1 of its pid namespace; its parent stays outside as the monitor.
     let mut entered = None;
     if let Some(plan) = &spec.namespaces {
@@ -224,7 +191,7 @@ fn confine(
     let userns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.user);
     let netns = in_ns && spec.namespaces.as_ref().is_some_and(|p| p.net);
     r.net_namespace = netns;
-    // 4b'. warden's proxy: the one way out of the network namespace (issue 18).
+    // 4b'. warden's proxy: the one way out of the network namespace.
     if spec.namespaces.as_ref().is_some_and(|p| p.proxy) {
         let listener = if netns { Some(netns::proxy_listener()?) } else { None };
         netns::send_listener(channel, listener.as_ref())?;

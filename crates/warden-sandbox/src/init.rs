@@ -1,16 +1,9 @@
-//! pid 1 of a call's pid namespace: starts the tool as its child, forwards the
-//! signals it is sent, reaps every process orphaned to it, and hands the tool's
-//! own wait status to the monitor outside the namespace, so the call ends as
-//! the tool ended (a `SIGABRT` is reported as one, `128 + 6` under
-//! `--exit-status`).
-//!
-//! Without it the tool itself would be pid 1, and the kernel drops the signals
-//! a namespace's init has no handler for: a program that signalled itself
-//! (`abort()`, `kill(getpid(), …)`) went on, and its orphans were never reaped.
-//!
-//! It runs confined like the tool (it forks after Landlock and seccomp), holds
-//! no descriptor but the status pipe, and exits as soon as the tool has: the
-//! kernel then ends every process left in the namespace.
+//! pid 1 of a call's pid namespace ([`run`]): starts the tool as its child,
+//! forwards the signals it is sent, reaps every process orphaned to it, and
+//! hands the tool's own wait status to the monitor outside, so the call ends as
+//! the tool ended. Without it the tool would be pid 1, and the kernel drops the
+//! signals a namespace's init has no handler for (`abort()` went on). See
+//! docs/security.md, "The tool may not signal its process group".
 
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -1,29 +1,11 @@
-//! The call's view of its grants, made by mounts in its own mount namespace, in
-//! the helper's child after `/proc` is mounted and before the capabilities are
-//! dropped:
-//!
-//! 1. [`apply_layers`]: each write grant becomes an overlay whose lower layer is
-//!    the real directory and whose upper layer the host applies when the call
-//!    ends (the host's layer); a directory that was there cannot be
-//!    renamed (`redirect_dir=nofollow`: `EXDEV`), so nothing protected can be
-//!    moved out from under its mount;
-//! 2. [`apply`], the protected and denied paths that exist ([`PathRule`]):
-//!    `Deny::Write`, the path bind-mounted onto itself, read-only, recursively
-//!    (`mount_setattr`; where that is missing, a remount that keeps the flags
-//!    the mount already has, since a user namespace may not drop locked ones);
-//!    `Deny::Read`, an empty, read-only, mode-000 directory or file from a
-//!    small tmpfs of the call's own mounted over the path. A path that does not
-//!    exist needs no mount: what the tool makes there stays in its layer, and
-//!    the host's judgement refuses it.
-//!
-//! Parents before children. Every target is opened with `openat2`
-//! (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, `O_PATH`) and mounted on
-//! through `/proc/self/fd/N`, so a symbolic link planted by a concurrent tool
-//! cannot redirect a mount. A rule whose path is gone is an error.
-//!
-//! The tool cannot undo them: it has no capability, Landlock forbids changes
-//! to the mount topology, and seccomp refuses `mount`, `umount2`, the new
-//! mount API, `unshare` and `setns`.
+//! The call's view of its grants, made by mounts in its own mount namespace
+//! (in the helper's child, before the capabilities are dropped): write grants
+//! as overlays ([`apply_layers`]), the protected and denied paths as read-only
+//! binds or empty masks ([`apply`], [`PathRule`]), the view read-only but for
+//! what must stay writable ([`read_only_view`], [`keep_writable`]), and a root
+//! built from the grants ([`grant_view`]). Every target is opened with `openat2`
+//! (no symbolic link followed) and mounted on through `/proc/self/fd/N`.
+//! docs/security.md, "Protected paths and persistence", says what each holds.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -324,7 +306,7 @@ const MAX_LINKS: usize = 40;
 /// The root's own tmpfs: directories, empty mount points and links only.
 const VIEW_TMPFS: &str = "size=1m,nr_inodes=16384,mode=0755";
 
-/// The call's root built from its grants (issue 32): a tmpfs holding only
+/// The call's root built from its grants: a tmpfs holding only
 /// the granted paths, each bound (with everything mounted beneath it: its
 /// layer, its protected and denied paths) at its canonical place, the links
 /// through which a grant, the working directory or the program is spelled

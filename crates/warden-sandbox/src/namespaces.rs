@@ -1,25 +1,10 @@
-//! The call's own namespaces (issue 17): mount, pid and IPC, and a user
-//! namespace when warden is not root (the same uid and gid inside as outside);
-//! and network, with only loopback (issue 18, [`crate::netns`]).
-//!
-//! In the helper, after it joined the call's cgroups: `unshare`, the id maps,
-//! every mount made a slave of the host's (mounts propagate in, never out),
-//! then a `fork`. The parent stays outside as a small monitor ([`monitor`]):
-//! it closes descriptors 0–3 (stdio and the report socket), drops every
-//! capability, waits for the child and ends as it ended (the same exit code,
-//! or the same signal raised on itself), so the host's `wait4` sees the tool's
-//! end. The child is pid 1 of the new pid namespace: it mounts a fresh `/proc`
-//! ([`mount_proc`]), the quota'd `{tmp}` and `/dev/shm` ([`crate::tmpfs`]) and
-//! the masks ([`crate::mounts`]), confines itself as before and execs the tool
-//! (when it exits, the kernel kills whatever is left in the namespace).
-//!
-//! Both stay in the helper's process group (the host kills the group) and
-//! cgroups. The tool cannot reach the monitor: its pid and group id are not
-//! visible in the pid namespace, and seccomp refuses `kill(0, …)` there.
-//!
-//! The host decides once per process whether to ask ([`NsSupport::probe`]):
-//! always as root; as another user unless a sysctl refuses unprivileged user
-//! namespaces or `WARDEN_NAMESPACES=off` says not to.
+//! The call's own namespaces ([`enter`]): mount, pid and IPC, a user namespace
+//! when warden is not root (the same uid and gid inside as outside), and
+//! network with only loopback ([`crate::netns`]). After `unshare` the helper
+//! forks: the parent stays outside as the monitor, the child is pid 1 of the new
+//! pid namespace, mounts its own `/proc` ([`mount_proc`]) and goes on confining
+//! itself. The host decides once per process whether to ask
+//! ([`NsSupport::probe`]). docs/security.md, "Process tools", has the details.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 

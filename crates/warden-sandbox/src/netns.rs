@@ -1,24 +1,9 @@
-//! The call's network namespace (issue 18): only loopback, and with network
-//! grants one listening socket handed to warden, the proxy's.
-//!
-//! [`crate::namespaces::enter`] unshares `CLONE_NEWNET` with the others; the
-//! new namespace has a loopback interface that is down and nothing else (no
-//! route, no resolver that answers: a name lookup fails at once). While the
-//! helper still holds its capabilities there, [`loopback_up`] brings `lo` up,
-//! so programs may serve and connect on 127.0.0.1 and ::1 inside (test
-//! suites do).
-//!
-//! In every call with a network namespace the helper listens on [`PROXY_ADDR`] inside the
-//! namespace (with no `net.connect` grant the proxy refuses every destination) ([`proxy_listener`]) and sends that socket over its report
-//! channel ([`send_listener`]), then closes its own copy: only warden holds
-//! it, and accepts on it from the host namespace (a socket keeps the
-//! namespace it was made in; accepted connections belong to it too). What a
-//! program sends there is all it can send: warden's proxy (the host's egress proxy)
-//! decides each connection and makes the outgoing one itself, from the host
-//! namespace. The host reads the marker byte first ([`recv_listener`]): `P`
-//! with the descriptor, or `N` (no listener; the helper's report says why).
-//!
-//! [`PROXY_ADDR`]: PROXY_ADDR
+//! The call's network namespace: only loopback ([`loopback_up`]), and one
+//! listening socket on [`PROXY_ADDR`] ([`proxy_listener`]) that the helper sends
+//! to warden over its report channel ([`send_listener`]; the host's side is
+//! [`recv_listener`], a marker byte `P` with the descriptor or `N` without) and
+//! then closes: warden's egress proxy accepts on it from the host namespace and
+//! is the one way out. docs/security.md, "Network: one way out", has the rest.
 
 use std::os::fd::AsRawFd;
 

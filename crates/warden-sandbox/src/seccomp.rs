@@ -1,68 +1,9 @@
-//! The seccomp filters, built as pure data ([`build`]) and installed last,
-//! just before `execve` ([`apply_to_current_thread`]).
-//!
-//! * In the call's network namespace (issue 18: only loopback, and warden's
-//!   proxy the one way out) `AF_INET`/`AF_INET6` stream and datagram sockets,
-//!   `bind` and `listen` are admitted; every other family and type below stays
-//!   refused. Without one (best-effort mode where none can be made):
-//! * `socket()`: nothing without a network grant; with one, `AF_INET`/`AF_INET6`
-//!   stream sockets with protocol 0 or TCP (this also closes Landlock's MPTCP
-//!   gap, protocol 262, and SCTP, which protocol 0 selects for
-//!   `SOCK_SEQPACKET`); datagram sockets (protocol 0 or UDP) only when a grant
-//!   names a host, which the program must resolve over DNS itself: Landlock
-//!   does not filter UDP, so without that need there is none. `AF_UNIX` sockets are refused too:
-//!   Landlock does not mediate `connect()` to a pathname socket, so a tool could
-//!   otherwise reach any daemon socket its uid may write (Docker, D-Bus,
-//!   systemd) wherever it lives. `socketpair(AF_UNIX)` stays allowed: its two
-//!   ends are connected to each other and to nothing else.
-//! * `ENOSYS`: `io_uring_*` (it bypasses the other rules), `clone3` (its flags
-//!   cannot be inspected, so libc falls back to `clone`), the new mount API.
-//! * `EPERM`: namespaces (`unshare`, `setns`, `clone` with namespace flags),
-//!   mounts, `ptrace`, `process_vm_*`, `bpf`, `perf_event_open`, `userfaultfd`,
-//!   keyrings, kexec, modules, handles, `reboot`, swap, `acct`, `personality`,
-//!   `setsid`/`setpgid` without a pid namespace of the call's own (so no
-//!   descendant leaves the process group the host kills; with one, the
-//!   namespace ends with its init, and they are admitted),
-//!   and `ioctl` `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits.
-//! * `EPERM` for signals aimed at the host: `kill` of the host's pid, of its
-//!   process group or of every process (`-1`), `tkill`/`tgkill`/`rt_*sigqueueinfo`
-//!   of the host's pid, and `pidfd_open` of it. Landlock ABI 6 scopes signals
-//!   anyway; this covers older kernels for the process that matters most.
-//! * `EPERM` for metadata changes when the tool runs as uid 0 (a root-owned
-//!   workspace): `chmod`, `chown` and extended-attribute calls. Landlock does not
-//!   mediate them, and uid 0 owns most of the system's files.
-//! * `EPERM` for implicit connects and listens that Landlock's `connect` and
-//!   `bind` hooks never see: TCP Fast Open (`MSG_FASTOPEN` on `sendto`,
-//!   `sendmsg`, `sendmmsg`; `TCP_FASTOPEN_CONNECT` and `TCP_FASTOPEN` through
-//!   `setsockopt`) and `listen` (which auto-binds an unbound socket to an
-//!   ephemeral port on every address): a process tool shares the host's network.
-//! * `EPERM` for resource and scheduling calls aimed at another process: a
-//!   tool of the same uid as warden could otherwise set warden's rlimits
-//!   (`prlimit64` with a pid and a new limit: `RLIMIT_FSIZE = 0` kills it with
-//!   `SIGXFSZ` mid-record), priorities (`setpriority` with a `who` or
-//!   `PRIO_USER`), CPU affinity and policy (`sched_set*` with a pid), I/O
-//!   priority (`ioprio_set` with a `who` or `IOPRIO_WHO_USER`) or memory
-//!   placement (`migrate_pages`, `move_pages` with a pid); `process_madvise`,
-//!   `kcmp` and `pidfd_getfd` are refused outright. Each call on the caller itself
-//!   (pid 0) still works.
-//! * `EPERM` for the other routes to a process or a socket outside the call:
-//!   `clone` with `CLONE_PARENT` (the child would be warden's), `fcntl`
-//!   `F_SETOWN`/`F_SETOWN_EX` and `ioctl` `FIOSETOWN`/`SIOCSPGRP` (the kernel
-//!   would signal a chosen process when a descriptor is ready), datagram
-//!   `socketpair`s (either end can `sendto` any unix datagram socket by path),
-//!   `bind` (a socket never needs a name of its own here), `SO_REUSEPORT`, and
-//!   `fanotify_init`.
-//! * `EPERM` for `inotify_init`/`inotify_init1` unless the tool sets
-//!   `inotify = true`: Landlock does not check the path of a watch, so a tool
-//!   could learn the names of what others create or open in any directory its
-//!   uid may read.
-//! * `EPERM` for SysV IPC (`shm*`, `msg*`, `sem*`) and POSIX message queues
-//!   (`mq_*`): their objects outlive the process, are shared by every process
-//!   of the IPC namespace and hold memory outside every rlimit. They are
-//!   admitted only when the call has a private IPC namespace (as root: every
-//!   object dies with the call) or the tool sets `sysv_ipc = true`.
-//! * A first filter refuses x32 syscall numbers (bit 30) and kills on any
-//!   architecture but x86_64, so no alternate numbering reaches the rules.
+//! The seccomp filters of a process call, built as pure data ([`build`], from a
+//! [`Target`]) and installed last, just before `execve`
+//! ([`apply_to_current_thread`]): an architecture guard (x86_64 only, x32
+//! numbers refused), then an `ENOSYS` filter and an `EPERM` filter. What each
+//! refuses and why, call by call, is in docs/security.md (the seccomp rows of
+//! "Process tools", and "Network: one way out" for a call's network namespace).
 
 use std::collections::BTreeMap;
 

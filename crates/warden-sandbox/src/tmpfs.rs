@@ -1,22 +1,8 @@
-//! The call's `{tmp}` as a file system of its own, so `limits.tmp_size` and
-//! `limits.tmp_files` bound it (`RLIMIT_FSIZE` bounds one file, never the total).
-//!
-//! In the helper, as root, before the capabilities are dropped: a private mount
-//! namespace (mounts propagate in from the host, never out), then a tmpfs with
-//! `size` and `nr_inodes` over the `{tmp}` directory the host created, owned by
-//! whoever the tool runs as, `nosuid` and `nodev`. The directories the policy
-//! grants under `{tmp}` are made again inside it. The file system lives as long
-//! as a process of the call does, so nothing the tool writes there outlives it;
-//! the host removes the (empty) directory beneath as before.
-//!
-//! With the call's own namespaces ([`crate::namespaces`], issue 17) the mount
-//! namespace is the call's, made before (as root or, through a user namespace,
-//! as any user), and when `{system}` is granted the same tmpfs holds a private
-//! `/dev/shm` too: two directories in it, one bound on `{tmp}` and one on
-//! `/dev/shm`, so both count towards one `limits.tmp_size` and `tmp_files`.
-//! Without a mount namespace there is no mount: `{tmp}` is the host's
-//! directory, bounded per file only (docs/security.md, "No disk quota without
-//! namespaces").
+//! The call's `{tmp}` as a tmpfs of its own, so `limits.tmp_size` and
+//! `limits.tmp_files` bound it (`RLIMIT_FSIZE` bounds one file, never the total):
+//! [`mount_private_tmp`], and with `{system}` a private `/dev/shm` in the same
+//! tmpfs ([`mount_private_shm`]). Without a mount namespace there is no mount
+//! (docs/security.md, "No disk quota without root").
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;

@@ -1,23 +1,10 @@
-//! The call's cgroups (as root): a pids cgroup that bounds the tree's process
-//! count (uid 0 is exempt from `RLIMIT_NPROC`) and names its live members for
-//! the kill, and a memory cgroup that bounds what the tree holds in memory,
-//! including what `RLIMIT_AS` never sees: `memfd` files, SysV shared memory and
-//! the pages of the call's `{tmp}` tmpfs.
-//!
-//! * cgroup v2: one directory `warden-<id>` under the root with `pids.max`, and
-//!   `memory.max` plus `memory.swap.max = 0` when the root delegates the memory
-//!   controller.
-//! * cgroup v1: `warden-<id>` in the `pids` hierarchy, and another in the
-//!   `memory` hierarchy beneath warden's own memory cgroup (so a limit the host
-//!   put on warden still holds), with `memory.limit_in_bytes` and, where swap is
-//!   accounted, `memory.memsw.limit_in_bytes` at the same value (no swap);
-//!   without swap accounting its `memory.swappiness` is 0.
-//!
-//! The memory limit is `limits.memory`, plus `limits.tmp_size` when `{tmp}` is
-//! a tmpfs of its own: its pages are charged to the call, and the tmpfs has its
-//! own bound. Where no memory controller is usable the pids cgroup still holds
-//! and the report says `memory: rlimit` (docs/security.md says what then bounds
-//! memfd pages).
+//! The call's cgroups, as root ([`CallCgroup`]): a pids cgroup that bounds the
+//! tree's process count (uid 0 is exempt from `RLIMIT_NPROC`) and names its
+//! live members for the kill, and a memory cgroup (v2 `memory.max`, or v1 in the
+//! `memory` hierarchy beneath warden's own) that bounds what the tree holds in
+//! memory, `memfd` files, SysV shared memory and `{tmp}` pages included, at
+//! `limits.memory` plus `limits.tmp_size` when `{tmp}` is a tmpfs of its own.
+//! docs/security.md has both rows, and what holds where no memory controller is usable.
 
 use std::path::{Path, PathBuf};
 

@@ -1,21 +1,11 @@
-//! The process runtime: policy-declared programs run as separate processes
-//! confined by rlimits, capabilities, Landlock and seccomp.
-//!
-//! The host never `fork()`s itself with hooks (slow with a large host, and only
-//! async-signal-safe calls are legal in the child of a multithreaded process):
-//! it spawns `warden` again as a small single-threaded [`helper`] that confines
-//! itself and then `execve`s the tool. The host supervises in one `poll` loop
-//! (`supervise`): stdout and stderr read as they come with byte caps, the
-//! helper's exit, a wall-clock timeout and the cancel switch, and on
-//! completion, timeout or cancel, `SIGKILL` to the whole process group
-//! (descendants cannot leave it: seccomp refuses `setsid`/`setpgid`), so no
-//! process outlives its call.
-//!
-//! One file per mechanism: [`landlock`], [`seccomp`], [`limits`], [`cgroup`], [`tmpfs`],
-//! [`namespaces`], [`netns`], [`mounts`] (the call's layers and protected paths),
-//! [`progress`] (`WARDEN_PROGRESS_FD`), [`helper`], `supervise`; [`spec`] is what
-//! the host hands the helper. The host makes the call's layer before the helper
-//! starts and applies it, judged, after the tree is gone ([`crate::runtime::layer`]).
+//! The process runtime ([`ProcessRuntime`]): policy-declared programs run as
+//! separate processes, each started through the sandbox helper ([`helper`],
+//! [`default_helper`]: `warden-sandbox` beside warden, else warden itself) that
+//! confines itself and `execve`s the tool. The host supervises in one `poll`
+//! loop (`supervise`: output with byte caps, exit, timeout, cancel) and kills
+//! the whole process group at the end, so no process outlives its call. The
+//! mechanisms are the `warden-sandbox` crate's, re-exported here; the call's
+//! layer is [`crate::runtime::layer`]. docs/security.md, "Process tools".
 
 pub mod cgroup;
 pub mod plan;
@@ -268,7 +258,7 @@ enum Launch {
     Server,
 }
 
-/// Toolchains found or refused, never swapped (issue 32): the program, each
+/// Toolchains found or refused, never swapped: the program, each
 /// link on its way and its `#!` interpreter inside the grants, and no `PATH`
 /// entry outside them shadowing a program a granted one has. Refused before
 /// anything starts, naming the path and the `fs.read` entry to add.

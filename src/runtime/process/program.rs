@@ -1,4 +1,4 @@
-//! Why a program cannot start under its read grants (issue 19): the path on
+//! Why a program cannot start under its read grants: the path on
 //! its way to `execve` that no grant covers, so the error names the path and
 //! the key to change instead of "Broken pipe" or a bare `EACCES`.
 //!
@@ -80,7 +80,7 @@ pub fn hint(program: &Path, granted: &[PathBuf], owner: &str) -> Option<String> 
 /// The first directory on the way to `program` (or the program itself) that
 /// `uid` (with group `gid`) may not pass: as root, warden runs a tool as the
 /// workspace's owner, who may not reach a program under a root-owned checkout
-/// or home (issue 19: the hint named fs.read, which was not the cause).
+/// or home (the hint used to name fs.read, which was not the cause).
 pub fn unreachable_for(program: &Path, uid: u32, gid: u32) -> Option<(PathBuf, String)> {
     use std::os::unix::fs::MetadataExt;
     if uid == 0 {
@@ -120,7 +120,7 @@ fn executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A toolchain swapped in silently (issue 32): the first `PATH` entry that
+/// A toolchain swapped in silently: the first `PATH` entry that
 /// lies outside the grants and holds a program a later, granted entry holds
 /// too. On the host the name runs the first; in the sandbox the kernel refuses
 /// to execute it there, and a shell goes on down `PATH` to the other (Node 20

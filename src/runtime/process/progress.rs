@@ -1,28 +1,10 @@
-//! `WARDEN_PROGRESS_FD`: a process tool's own progress reports.
-//!
-//! Per call the host makes a pipe ([`ProgressPipe::new`]). Its write end is
-//! the only thing the tool gets: the host sends it to the helper over the
-//! helper socket after the spec ([`send_fd`]), and drops its own copy; the
-//! helper receives it once in the call's namespaces (so the monitor outside
-//! never holds it, [`recv_fd`]), clears close-on-exec on that one descriptor
-//! and names it in `WARDEN_PROGRESS_FD` (every other descriptor it holds is
-//! close-on-exec). A pipe's write end reaches nothing but the pipe: the
-//! worst a tool can do with it is write to it, or reopen it through
-//! `/proc/self/fd` as the same pipe's read end and read its own reports.
-//!
-//! The host reads the read end on a thread of its own ([`ProgressReader`]),
-//! with `poll`, as JSON lines `{"progress": N, "total": M, "message": "…"}`
-//! ([`crate::runtime::progress::parse_line`]) fed to the shared
-//! [`Reporter`], which keeps them increasing, clean and rate-limited. The
-//! input is the tool's, so everything is bounded and nothing is fatal: a line
-//! longer than [`MAX_PROGRESS_LINE`] or one that does not parse is skipped and
-//! counted; past [`MAX_PROGRESS_BYTES`] in all the host stops reading and
-//! closes its end (further writes fail with `EPIPE`, or `SIGPIPE` ends a
-//! writer where that signal is not ignored). The reader never holds a call up: once
-//! the program has ended and its process group is killed
-//! ([`ProgressReader::finish`]), it drains what is there until end of file or
-//! [`DRAIN_GRACE`], whichever is first, so a descriptor kept open elsewhere
-//! cannot make the call wait.
+//! `WARDEN_PROGRESS_FD`: a process tool's own progress reports. Per call the
+//! host makes a pipe ([`ProgressPipe`]) whose write end is the one descriptor
+//! above 2 the tool gets (sent to the helper after the spec, [`send_fd`] and
+//! [`recv_fd`]); a thread of the host reads the other end ([`ProgressReader`])
+//! into the shared [`Reporter`]. The tool's input is bounded and never fatal
+//! ([`MAX_PROGRESS_LINE`], [`MAX_PROGRESS_BYTES`], [`DRAIN_GRACE`]); what a
+//! program may write is in docs/policy.md ("Progress", under process tools).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc;

@@ -1,19 +1,11 @@
-//! Sandboxed MCP servers: `[servers.NAME]` entries, each a long-running program
-//! started inside the process sandbox (the same helper, Landlock, seccomp,
-//! rlimits and pids cgroup as a process tool, for as long as it runs) and spoken
-//! to with MCP over its stdin and stdout ([`client`]).
-//!
-//! A server is started when its tools are first needed, and its tools are listed
-//! once: those definitions are what the catalog offers (and what `warden.lock`
-//! pins). A server that exits or crashes is restarted by the next call, after a
-//! backoff that grows with consecutive short-lived runs (none before the first
-//! restart, then 250 ms doubling up to 30 s). A restarted server must list the
-//! same definitions as before; one that changed them is refused for the rest of
-//! the session.
-//!
-//! Servers are started from one long-lived thread: the parent-death signal that
-//! ties a sandboxed program to warden fires when the *thread* that spawned it
-//! exits, and call threads come and go.
+//! Sandboxed MCP servers ([`ServerPool`]): `[servers.NAME]` entries, each a
+//! long-running program inside the process sandbox, spoken to with MCP over its
+//! stdin and stdout ([`client`]). A server starts when its tools are first
+//! needed, is restarted by the next call after a crash (with a growing
+//! backoff), and must list the same definitions each time. Servers are started
+//! from one long-lived thread: the parent-death signal that ties a sandboxed
+//! program to warden fires when the *thread* that spawned it exits. docs/plugins.md
+//! has the rest.
 
 pub mod client;
 
@@ -343,7 +335,7 @@ fn progress_line(tool: &str, p: &Value) -> String {
     line
 }
 
-/// Why a server did not start, said so the user can act on it (issue 19): how
+/// Why a server did not start, said so the user can act on it: how
 /// it ended (exit status, the end of its stderr), and, when the program could
 /// not be executed, which path is outside its `fs.read`.
 fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hint: Option<String>) -> CallError {

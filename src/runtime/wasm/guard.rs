@@ -1,25 +1,10 @@
 //! The protected and denied paths of a call ([`Protection`]), enforced in
 //! warden's own WASI host: `wasi:filesystem/types` is wasmtime-wasi's own
 //! implementation behind a wrapper ([`Guarded`]) that judges every path an
-//! operation reaches before letting it run.
-//!
-//! A path is judged where it really lies, never as the guest spelled it: the
-//! directory it is relative to is opened again beneath the guest's descriptor
-//! with `openat2(RESOLVE_BENEATH)` (the kernel follows links and `..` exactly as
-//! cap-std does, and refuses what cap-std refuses), and its location is the
-//! kernel's (`/proc/self/fd/N`). Where the operation follows a final symbolic
-//! link, each link is followed here too (at most [`MAX_LINKS`]), and every hop
-//! is judged. An `open-at` is judged again on the descriptor it produced. So a
-//! descriptor's location is the kernel's, whichever preopen it came through, and
-//! a rename elsewhere cannot make it stale. Operations on a descriptor that
-//! read a directory or change a file (`read-directory`, `read`, the streams,
-//! `write`, `set-size`, `set-times`) judge the descriptor's location.
-//!
-//! Nothing here runs when the call has nothing protected: the wrapper then only
-//! delegates.
-//!
-//! The latest refusal is kept ([`Guard::note`]) so that a call that fails can
-//! say which path was refused, why, and which policy key releases it.
+//! operation reaches, where it really lies (reopened beneath the guest's
+//! descriptor, links followed and judged hop by hop, at most [`MAX_LINKS`]),
+//! before letting it run. The latest refusal is kept ([`Guard::note`]) for the
+//! call's error. docs/security.md, "How each runtime holds them", has the rules.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

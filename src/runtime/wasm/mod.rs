@@ -1,19 +1,11 @@
-//! The component runtime: wasmtime + wasmtime-wasi, one engine per process.
-//!
-//! Guest code is untrusted. Its authority is exactly the [`Walls`] of the call:
-//! one preopen per granted directory (read-only or read-write), an explicit
-//! environment, no arguments, no stdin, stdout and stderr captured into capped
-//! pipes, no sockets unless `net.connect` names the destination (checked per
-//! address), no name lookup unless a granted destination is a host name.
-//! Memory is capped by a [`ResourceLimiter`], time by an epoch deadline (a
-//! ticker thread advances the epoch every [`TICK`]) and by an outer wait.
-//! The protected and denied paths of the call ([`Walls::protect`]) are
-//! enforced in the filesystem interface itself (module `guard`): wasmtime-wasi's
-//! own implementation behind a wrapper that judges every path where it really
-//! lies, and a failed call names the path refused and the key that releases it.
-//!
-//! Configuration is in one place, [`engine_config`]; each call gets a fresh
-//! `Store` from a cached `InstancePre`.
+//! The component runtime ([`ComponentRuntime`]): wasmtime + wasmtime-wasi, one
+//! engine per process, configured in one place ([`engine_config`]); each call
+//! gets a fresh `Store` from a cached `InstancePre`. Guest code is untrusted:
+//! its authority is exactly the call's [`Walls`] (preopens, an explicit
+//! environment, captured output, the network of its grants), its memory capped
+//! by a [`ResourceLimiter`], its time by an epoch deadline ([`TICK`]) and an
+//! outer wait; protected paths are enforced in the filesystem interface (module
+//! `guard`). docs/security.md, "Component tools".
 
 mod cache;
 mod guard;
@@ -255,7 +247,7 @@ pub struct ComponentRuntime {
     /// not from a pool whose reservation and teardown cost more than the call.
     one_shot: bool,
     /// wasmtime, started on first use: a `warden call` of a process tool
-    /// never builds an engine, its pool or its linker (issue 22).
+    /// never builds an engine, its pool or its linker.
     started: OnceLock<Result<Started, CallError>>,
     loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
     threads: CallThreads,

@@ -1,33 +1,9 @@
-//! The network of a component call (issue 18): its sockets, its name lookups
-//! and its outgoing `wasi:http` requests, all judged by the same rules as the
-//! egress proxy of process tools ([`crate::egress::rules`]).
-//!
-//! * **Sockets** are checked per address ([`socket_check`]). A TCP connect to
-//!   `ip:port` is admitted when a grant names that address literally, or when
-//!   `ip` is an address warden's resolver gave for a granted name (through
-//!   the component's own lookup in this call, or resolved here for an exact
-//!   name grant on that port) and the private-address rule admits it.
-//! * **Name lookup** (`wasi:sockets/ip-name-lookup`, [`Lookup`]) answers only
-//!   for names some grant covers (on any port, wildcards too), and drops the
-//!   answers the private-address rule refuses: a granted name re-pointed at
-//!   127.0.0.1, 10.x or 169.254.169.254 resolves to nothing unless the grant
-//!   names that address or the tool sets `net.allow_private = true`.
-//! * **`wasi:http`** outgoing requests go through [`Net`]'s `send_request`
-//!   hook: the request's authority (scheme `https` defaults to port 443,
-//!   `http` to 80) must be granted; the name is resolved by warden, private
-//!   answers are refused as above, and warden connects to an admitted address
-//!   itself (never resolving the name again, so a rebinding cannot swap the
-//!   address after the check). TLS is rustls with the WebPKI roots, verified
-//!   against the host name. A response body is bounded by
-//!   [`max_http_body`] and the whole exchange by the call's timeout.
-//!
-//! `wasi:http` is in the linker of every component (a plugin is linked once,
-//! for all its tools); a call whose tool has no `net.connect` grant has every
-//! request refused by the hook, as its sockets are.
-//!
-//! Each refusal is kept ([`Net::note`]) so that a failed call says what was
-//! refused and which key to change (`net.connect`, `net.allow_private`), and
-//! each attempt goes into the call's [`Journal`].
+//! The network of a component call ([`Net`]): its sockets ([`Net::socket_check`]),
+//! its name lookups ([`Lookup`]) and its outgoing `wasi:http` requests (the
+//! `send_request` hook), all judged by the same rules as the egress proxy of
+//! process tools ([`crate::egress::rules`]). Refusals are kept ([`Net::note`])
+//! for the call's error, and every attempt goes into its [`Journal`]. What each
+//! admits is in docs/security.md, "Component tools".
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -193,9 +169,11 @@ impl Net {
         self.shared.note.lock().unwrap_or_else(PoisonError::into_inner).clone().map(|n| format!("warden refused: {n}"))
     }
 
-    /// The check wasmtime-wasi runs before each socket operation: TCP connects
-    /// as the module documentation says, the implicit bind before a connect
-    /// (wildcard address, any port), nothing else (no listening, no UDP).
+    /// The check wasmtime-wasi runs before each socket operation: a TCP connect
+    /// to an address a grant names literally, or to one warden's resolver gave
+    /// for a granted name that the private-address rule admits; the implicit
+    /// bind before a connect (the wildcard address, port 0); nothing else (no
+    /// listening, no UDP).
     pub(super) fn socket_check(
         &self,
     ) -> impl Fn(SocketAddr, SocketAddrUse) -> Pin<Box<dyn Future<Output = bool> + Send + Sync>> + Send + Sync + 'static

@@ -1,19 +1,10 @@
-//! Rich results of `warden:plugin@0.2.0` components, and their progress reports.
-//!
-//! Input is untrusted: the blocks a guest returned and the progress it reports.
-//! A call's output becomes the MCP-shaped result document
-//! `{"content": [blocks], "structuredContent": {...}}`, with image, audio and
-//! blob bytes in base64 (their JSON cost is what `max_output` counts, in
-//! [`crate::shape::fit_content`]; the audit record keeps only kinds and
-//! sizes, [`crate::shape::content_summary`]). Each block is checked here: a MIME type
-//! must be a `type/subtype` token pair ([`valid_mime`]), a resource URI a
-//! `scheme:` URI of at most [`MAX_URI`] bytes without spaces or control
-//! characters, structured content a JSON object. A block that fails fails the
-//! call with `EXECUTION_FAILED`, naming the tool, the block and what to change.
-//! Text is cleaned later, with the whole result ([`crate::shape::sanitize`]).
-//!
-//! Progress reports are bounded by the runtimes' shared
-//! [`crate::runtime::progress::Reporter`] (process tools use it too).
+//! Rich results of `warden:plugin@0.2.0` components: a call's content blocks
+//! become the MCP-shaped result document (`content`, `structuredContent`,
+//! bytes in base64), each block checked here (a `type/subtype` MIME type,
+//! [`valid_mime`]; a `scheme:` URI of at most [`MAX_URI`] bytes; structured
+//! content an object); a block that fails fails the call with
+//! `EXECUTION_FAILED`. Fitting to `max_output` and cleaning are
+//! [`crate::shape`]'s. docs/plugins.md has the rules.
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
