@@ -22,6 +22,7 @@
 
 use serde_json::{Value, json};
 
+use crate::error::ErrorCode;
 use crate::executor::{Executor, ToolCall};
 
 /// Most calls one `exec` runs.
@@ -208,4 +209,20 @@ pub(super) fn run(executor: &Executor, doc: &Value) -> Result<(Value, u8), Strin
         Wrap::AnthropicMessage => json!({"role": "user", "content": out}),
     };
     Ok((output, code))
+}
+
+/// `warden exec`: a provider's tool-call message on stdin, the messages with
+/// the results on stdout.
+pub(super) fn command(s: &super::session::Session) -> Result<u8, super::Failure> {
+    let executor = s.executor()?;
+    let input = super::read_stdin()?;
+    let doc: Value = serde_json::from_str(&input).map_err(|e| {
+        super::fail(
+            ErrorCode::InvalidArgs,
+            format!("stdin is not valid JSON: {e} (line {}, column {})", e.line(), e.column()),
+        )
+    })?;
+    let (output, code) = run(&executor, &doc).map_err(|m| super::fail(ErrorCode::InvalidArgs, m))?;
+    super::print_json(&output);
+    Ok(code)
 }

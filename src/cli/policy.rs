@@ -1,0 +1,98 @@
+//! `warden policy check`: validate a policy and print what it grants.
+
+use std::path::Path;
+
+use crate::catalog::Catalog;
+use crate::policy::units::{format_duration, format_size};
+use crate::policy::{Policy, Tier};
+use crate::runtime::wasm::ComponentRuntime;
+
+use super::session::{Session, cache_dir, catalog_of};
+use super::{Failure, fail};
+use crate::error::ErrorCode;
+
+pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
+    let mode = match policy.mode {
+        crate::policy::SandboxMode::Enforce => "enforce",
+        crate::policy::SandboxMode::BestEffort => "best-effort",
+    };
+    println!("policy {} (sandbox mode {mode})", policy.origin);
+    if let Some(p) = &policy.profile {
+        println!("profile {} ({}): {}", p.name, p.location, p.tools.join(", "));
+        if let Some(d) = &p.description {
+            println!("  {}", crate::shape::sanitize_str(d));
+        }
+    }
+    // A profile's pattern that offers nothing is a mistake worth seeing (WL118).
+    // Under a profile, servers it cannot use were not started: judge only its own patterns.
+    let judged = policy.profiles.values().filter(|p| policy.profile.as_ref().is_none_or(|s| s.name == p.name));
+    for p in judged {
+        for pattern in &p.tools {
+            if !catalog.entries().any(|e| crate::policy::glob::matches(pattern, &e.spec.name)) {
+                eprintln!("warning: profile {} ({}): {pattern:?} matches no tool of this policy", p.name, p.location);
+            }
+        }
+    }
+    println!("{:<18} {:<8} {:<9} {:<7} {:<40} RULES", "TOOL", "TIER", "TIMEOUT", "MEMORY", "GRANTS");
+    let mut broken = 0;
+    for e in catalog.entries() {
+        let grants = e.spec.grant_words(true);
+        println!(
+            "{:<18} {:<8} {:<9} {:<7} {:<40} {}",
+            e.spec.name,
+            e.spec.tier.as_str(),
+            format_duration(e.spec.limits.timeout),
+            format_size(e.spec.limits.memory),
+            if grants.is_empty() { "none".to_string() } else { grants.join(", ") },
+            e.spec.rules.len()
+        );
+        if e.spec.tier != Tier::Deny {
+            let mechanism = crate::checkup::paths_mechanism(&e.spec);
+            match crate::runtime::protect::preview(&e.spec) {
+                Ok(p) => {
+                    for line in p.summary() {
+                        println!("  {line} [{mechanism}]");
+                    }
+                }
+                Err(why) => println!("  protected and denied paths: {why}"),
+            }
+            if !e.spec.grants.net.is_empty() {
+                println!("  network: {}", crate::checkup::egress_mechanism(&e.spec));
+            }
+        }
+        if let Err(err) = &e.state
+            && e.spec.tier != Tier::Deny
+        {
+            broken += 1;
+            eprintln!("error: {}", err.message);
+        }
+    }
+    if broken > 0 {
+        eprintln!("invalid: {broken} tool(s) cannot be used");
+        1
+    } else {
+        println!("valid: {} tool(s)", catalog.entries().count());
+        0
+    }
+}
+
+/// `warden policy check [FILE]`: exit 0 valid, 1 invalid.
+pub(super) fn check(s: &Session, file: Option<&Path>) -> Result<u8, Failure> {
+    let ctx = s.context()?;
+    let policy = match file {
+        Some(f) => Policy::load(f, &ctx)
+            .map_err(|e| e.to_string())
+            .and_then(|mut p| s.with_profile(&mut p).map(|()| p).map_err(|f| f.message)),
+        None => s.load_policy(&ctx).map_err(|f| f.message),
+    };
+    let policy = match policy {
+        Ok(p) => p,
+        Err(message) => {
+            eprintln!("{message}");
+            return Ok(1);
+        }
+    };
+    let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
+    let (catalog, _servers) = catalog_of(&policy, &runtime);
+    Ok(policy_check(&policy, &catalog))
+}

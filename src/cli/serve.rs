@@ -1,0 +1,43 @@
+//! `warden serve`: the tools over MCP, on stdio or streamable HTTP.
+
+use super::args::ApproveArg;
+
+use super::session::Session;
+use super::{Failure, fail};
+use crate::error::ErrorCode;
+
+pub(super) fn serve(
+    s: &Session,
+    http: Option<std::net::SocketAddr>,
+    approval_timeout: std::time::Duration,
+    allow_origin: &[String],
+) -> Result<u8, Failure> {
+    if s.cli.approve == Some(ApproveArg::Prompt) {
+        return Err(fail(
+            ErrorCode::InvalidArgs,
+            "serve cannot prompt on a terminal: approvals go to the MCP client's user (drop --approve prompt)",
+        ));
+    }
+    let http = match http {
+        None => None,
+        Some(addr) => {
+            let token = match std::env::var("WARDEN_HTTP_TOKEN") {
+                Ok(t) if t.trim().len() >= 16 => t.trim().to_string(),
+                Ok(_) => return Err(fail(ErrorCode::InvalidArgs, "WARDEN_HTTP_TOKEN must be at least 16 characters")),
+                Err(_) => {
+                    let mut b = [0u8; 32];
+                    getrandom::fill(&mut b)
+                        .map_err(|e| fail(ErrorCode::Internal, format!("no randomness for the token: {e}")))?;
+                    let t = hex::encode(b);
+                    eprintln!("warden: bearer token: {t} (set WARDEN_HTTP_TOKEN to choose one)");
+                    t
+                }
+            };
+            Some(crate::mcp::http::HttpOptions { addr, token, allowed_origins: allow_origin.to_vec() })
+        }
+    };
+    let options = crate::mcp::ServeOptions { approval_timeout, approver_only: s.cli.approve.is_some(), http };
+    let executor = s.executor()?;
+    crate::mcp::serve(executor, options).map_err(|m| fail(ErrorCode::Internal, m))?;
+    Ok(0)
+}
