@@ -105,6 +105,13 @@ pub struct CallHooks<'a> {
     pub run: Option<Vec<String>>,
 }
 
+impl CallHooks<'_> {
+    /// What the runtimes see of these hooks while the call runs.
+    pub fn watch(&self) -> crate::runtime::Watch<'_> {
+        crate::runtime::Watch { cancel: &self.cancel, tap: self.tap.as_ref(), progress: self.progress.as_ref() }
+    }
+}
+
 /// Where [`Executor::begin`] left a call.
 // One per call, moved once: boxing either variant buys nothing.
 #[allow(clippy::large_enum_variant)]
@@ -715,22 +722,12 @@ impl Executor {
                     &call.args,
                     &walls,
                     tmp.as_ref().map(|t| t.path.as_path()),
-                    &hooks.cancel,
-                    hooks.tap.as_ref(),
-                    hooks.progress.as_ref(),
+                    hooks.watch(),
                 )
             }
             (Runner::Plugin(_), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(
-                    plugin,
-                    name,
-                    call.args.to_string(),
-                    &walls,
-                    &hooks.cancel,
-                    hooks.tap.as_ref(),
-                    hooks.progress.as_ref(),
-                )
+                self.runtime.call(plugin, name, call.args.to_string(), &walls, hooks.watch())
             }
             (Runner::Command(command), Some(plugin)) => {
                 trace.sandbox = Some(ComponentRuntime::report(&walls));

@@ -352,7 +352,15 @@ mod protected_paths {
 
     impl Fs {
         fn call(&self, tool: &str, args: Value) -> Result<Value, CallError> {
-            self.rt.call(&self.fs, tool, args.to_string(), &self.walls, &Cancel::new(), None, None).map(|o| o.value)
+            self.rt
+                .call(
+                    &self.fs,
+                    tool,
+                    args.to_string(),
+                    &self.walls,
+                    warden::runtime::Watch { cancel: &Cancel::new(), tap: None, progress: None },
+                )
+                .map(|o| o.value)
         }
 
         /// The call fails with PERMISSION_DENIED, naming `path` and `key`.

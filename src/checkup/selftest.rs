@@ -18,7 +18,7 @@ use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, Limits, PluginSource, PluginSpec, SYSTEM_READ, SYSTEM_WRITE, SandboxMode};
 use crate::runtime::process::{ProcessRuntime, default_helper};
 use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
-use crate::runtime::{Cancel, RunOutput, Walls};
+use crate::runtime::{Cancel, RunOutput, Walls, Watch};
 
 /// The hostile component (`plugins/testkit`), built by `build.rs`.
 static HOSTILE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/testkit.wasm"));
@@ -200,7 +200,14 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         let exec = ExecSpec { argv: full, params: Vec::new(), cwd: scene.ws.clone(), input_schema: None };
         let mut walls = scene.walls(&read, timeout);
         walls.dirs.extend(SYSTEM_WRITE.iter().map(PathBuf::from).filter(|p| p.exists()).map(|p| (p, true)));
-        let out = runtime.call("self-test", &exec, &json!({}), &walls, None, &Cancel::new(), None, None);
+        let out = runtime.call(
+            "self-test",
+            &exec,
+            &json!({}),
+            &walls,
+            None,
+            Watch { cancel: &Cancel::new(), tap: None, progress: None },
+        );
         let layers = layers(&out);
         let (observed, contained) = match (&out, name) {
             (Err(e), "timeout with a daemonised descendant") => {
@@ -275,7 +282,13 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
         // Only the timeout case needs a short limit; the others get time to reach theirs.
         let limit = if name == "timeout" { Duration::from_secs(1) } else { Duration::from_secs(10) };
         let walls = scene.walls(&[], limit);
-        let out = runtime.call(&plugin, tool, args.to_string(), &walls, &Cancel::new(), None, None);
+        let out = runtime.call(
+            &plugin,
+            tool,
+            args.to_string(),
+            &walls,
+            Watch { cancel: &Cancel::new(), tap: None, progress: None },
+        );
         let (observed, contained) = match (&out, name) {
             (Ok(o), "output flood") => {
                 (format!("produced {} bytes, truncated {}", o.usage.output_bytes, o.usage.truncated), o.usage.truncated)

@@ -79,6 +79,19 @@ pub struct Progress {
 /// MCP `notifications/progress`).
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+/// What watches one running call: the switch that cancels it, what sees its
+/// output as it arrives, and what sees its progress reports (without a sink,
+/// they go to `tap` as lines).
+#[derive(Clone, Copy)]
+pub struct Watch<'a> {
+    /// Switched on to stop the call.
+    pub cancel: &'a Cancel,
+    /// Sees the program's output as it arrives.
+    pub tap: Option<&'a OutputTap>,
+    /// Sees the call's progress reports.
+    pub progress: Option<&'a ProgressSink>,
+}
+
 /// What a call used.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Usage {

@@ -262,9 +262,13 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
                 ),
             );
         }
-        if let Some(t) =
-            compile_tool(&mut c, name_str, tool_span, spanned.get_ref(), &plugins, &defaults, default_tier, ctx)
-        {
+        if let Some(t) = compile_tool(
+            &mut c,
+            name_str,
+            tool_span,
+            spanned.get_ref(),
+            Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx },
+        ) {
             tools.insert(name_str.clone(), t);
         }
     }
@@ -523,7 +527,7 @@ fn compile_server(
         return None;
     }
     let label = format!("server {name}");
-    let spec = compile_tool(c, &label, spanned.span(), t, plugins, defaults, Tier::Ask, ctx);
+    let spec = compile_tool(c, &label, spanned.span(), t, Scope { plugins, defaults, default_tier: Tier::Ask, ctx });
     // The tool checks say "tool NAME:"; here the subject is the server.
     for p in &mut c.problems[before..] {
         if let Some(rest) = p.message.strip_prefix("tool server ") {
@@ -622,17 +626,26 @@ fn valid_tool_name(n: &str) -> bool {
         && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a tool is compiled against besides its own table.
+struct Scope<'a> {
+    /// The policy's plugins, by name.
+    plugins: &'a BTreeMap<String, PluginSpec>,
+    /// `[defaults]`' limits.
+    defaults: &'a Limits,
+    /// The tier of a tool that names none.
+    default_tier: Tier,
+    /// The placeholders' values.
+    ctx: &'a Context,
+}
+
 fn compile_tool(
     c: &mut Checker<'_>,
     name: &str,
     span: Range<usize>,
     t: &RawTool,
-    plugins: &BTreeMap<String, PluginSpec>,
-    defaults: &Limits,
-    default_tier: Tier,
-    ctx: &Context,
+    scope: Scope<'_>,
 ) -> Option<ToolSpec> {
+    let Scope { plugins, defaults, default_tier, ctx } = scope;
     let runner = match (&t.exec, &t.plugin) {
         (Some(exec), Some(plugin)) => {
             c.problem(

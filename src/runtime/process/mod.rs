@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use self::namespaces::NsSupport;
 use self::spec::{HelperReport, MAX_REPORT};
-use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Usage, Walls, capture};
+use super::{Cancel, OutputTap, RunOutput, SandboxReport, Usage, Walls, Watch, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
@@ -226,6 +226,15 @@ fn read_first_report(channel: &mut std::os::unix::net::UnixStream, prefix: Optio
 }
 
 /// A sandbox helper just started: the program is about to run.
+/// What a call runs: its command line, the tool's `exec` (its working
+/// directory, and the program its hints name), and whether warden's own stdio
+/// is the program's (`warden run`).
+struct Program<'a> {
+    argv: Vec<String>,
+    exec: &'a ExecSpec,
+    inherit: bool,
+}
+
 struct Spawned {
     child: std::process::Child,
     pid: Pid,
@@ -393,7 +402,6 @@ impl ProcessRuntime {
     /// kills the whole process tree when switched on; `tap` sees its output
     /// as it arrives; the program's own progress reports on
     /// `WARDEN_PROGRESS_FD` ([`progress`]) go to `progress` (or as lines to `tap`).
-    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
         tool: &str,
@@ -401,12 +409,10 @@ impl ProcessRuntime {
         args: &Value,
         walls: &Walls,
         tmp: Option<&std::path::Path>,
-        cancel: &Cancel,
-        tap: Option<&OutputTap>,
-        progress: Option<&ProgressSink>,
+        watch: Watch<'_>,
     ) -> Result<RunOutput, CallError> {
         let argv = fill_argv(tool, exec, args, tmp)?;
-        self.execute(tool, argv, exec, walls, tmp, cancel, tap, progress, false)
+        self.execute(tool, Program { argv, exec, inherit: false }, walls, tmp, watch)
     }
 
     /// `warden run`: `argv` (any command line, its program found on the
@@ -435,24 +441,21 @@ impl ProcessRuntime {
             }
         });
         let tap = (!std::io::IsTerminal::is_terminal(&std::io::stderr())).then_some(&raw);
-        self.execute(tool, argv, exec, walls, tmp, cancel, tap, None, true)
+        self.execute(tool, Program { argv, exec, inherit: true }, walls, tmp, Watch { cancel, tap, progress: None })
     }
 
     /// Runs `argv` in the sandbox: the body of [`ProcessRuntime::call`] and
     /// [`ProcessRuntime::run_command`] (`inherit`: warden's own stdio).
-    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     fn execute(
         &self,
         tool: &str,
-        argv: Vec<String>,
-        exec: &ExecSpec,
+        program: Program<'_>,
         walls: &Walls,
         tmp: Option<&std::path::Path>,
-        cancel: &Cancel,
-        tap: Option<&OutputTap>,
-        progress: Option<&ProgressSink>,
-        inherit: bool,
+        watch: Watch<'_>,
     ) -> Result<RunOutput, CallError> {
+        let Watch { cancel, tap, progress } = watch;
+        let Program { argv, exec, inherit } = program;
         let limits = walls.limits;
         let started = Instant::now();
         let pipe = progress::ProgressPipe::new().map_err(|e| {
@@ -465,8 +468,7 @@ impl ProcessRuntime {
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let supervise::Watched { ended, stdout, stderr, cut_short } = supervise::supervise(
             pid,
-            child.stdout.take(),
-            child.stderr.take(),
+            (child.stdout.take(), child.stderr.take()),
             cap,
             tap,
             limits.timeout,

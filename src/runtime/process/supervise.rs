@@ -159,11 +159,9 @@ impl Drop for KillOnUnwind {
 /// killing its whole process group at the deadline or on cancel, then kills
 /// what is left in the group (before reaping, so the group id cannot be
 /// reused), and reaps it.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn supervise(
     pid: Pid,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    (stdout, stderr): (Option<ChildStdout>, Option<ChildStderr>),
     cap: usize,
     tap: Option<&OutputTap>,
     timeout: Duration,

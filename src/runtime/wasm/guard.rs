@@ -493,7 +493,6 @@ impl Guarded<'_> {
 
     /// Judges a change at `path` relative to `fd`: the paths it reaches, then
     /// what it leaves where it lands ([`persist`]).
-    #[allow(clippy::too_many_arguments)] // the operation's parts, as the WASI call gives them
     fn check_change(
         &mut self,
         op: &'static str,
@@ -501,8 +500,7 @@ impl Guarded<'_> {
         path: &str,
         follow: bool,
         pinned: bool,
-        change: Change,
-        kind: Kind,
+        (change, kind): (Change, Kind),
     ) -> FsResult<Vec<PathBuf>> {
         let chain = self.check_at(op, fd, path, follow, true, pinned)?;
         if let Some(last) = chain.last() {
@@ -614,7 +612,7 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_change("create", &fd, &path, false, false, Change::Create, Kind::Dir)?;
+        self.check_change("create", &fd, &path, false, false, (Change::Create, Kind::Dir))?;
         fs::HostDescriptor::create_directory_at(&mut self.fs, fd, path)
     }
 
@@ -640,7 +638,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         atim: fs::NewTimestamp,
         mtim: fs::NewTimestamp,
     ) -> FsResult<()> {
-        self.check_change("set the times of", &fd, &path, follows(path_flags), false, Change::Modify, Kind::File)?;
+        self.check_change("set the times of", &fd, &path, follows(path_flags), false, (Change::Modify, Kind::File))?;
         fs::HostDescriptor::set_times_at(&mut self.fs, fd, path_flags, path, atim, mtim)
     }
 
@@ -655,7 +653,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         // A second name for a protected file would be a way to write it, and
         // for a denied one a way to read it: the source is judged as a write.
         self.check_at("link", &fd, &old_path, follows(old_path_flags), true, false)?;
-        self.check_change("link", &new_descriptor, &new_path, false, true, Change::Create, Kind::File)?;
+        self.check_change("link", &new_descriptor, &new_path, false, true, (Change::Create, Kind::File))?;
         fs::HostDescriptor::link_at(&mut self.fs, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
 
@@ -681,7 +679,7 @@ impl fs::HostDescriptor for Guarded<'_> {
                     Kind::File
                 };
             let change = if oflags.contains(fs::OpenFlags::CREATE) { Change::Create } else { Change::Modify };
-            self.check_change(op, &fd, &path, follows(path_flags), false, change, kind)?;
+            self.check_change(op, &fd, &path, follows(path_flags), false, (change, kind))?;
         } else {
             self.check_at(op, &fd, &path, follows(path_flags), write, false)?;
         }
@@ -710,7 +708,7 @@ impl fs::HostDescriptor for Guarded<'_> {
     }
 
     fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_change("remove", &fd, &path, false, true, Change::Delete, Kind::Dir)?;
+        self.check_change("remove", &fd, &path, false, true, (Change::Delete, Kind::Dir))?;
         fs::HostDescriptor::remove_directory_at(&mut self.fs, fd, path)
     }
 
@@ -721,7 +719,7 @@ impl fs::HostDescriptor for Guarded<'_> {
         new_fd: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        let from = self.check_change("rename", &fd, &old_path, false, true, Change::Delete, Kind::File)?;
+        let from = self.check_change("rename", &fd, &old_path, false, true, (Change::Delete, Kind::File))?;
         let kind = match from.last() {
             Some(p) if p.is_dir() => {
                 self.guard.patterns_beneath("rename", p)?;
@@ -730,7 +728,7 @@ impl fs::HostDescriptor for Guarded<'_> {
             Some(p) if persist::Real.kind(p) == Some(Kind::Link) => Kind::Link,
             _ => Kind::File,
         };
-        self.check_change("rename onto", &new_fd, &new_path, false, true, Change::Create, kind)?;
+        self.check_change("rename onto", &new_fd, &new_path, false, true, (Change::Create, kind))?;
         let renamed = fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path);
         // Any descriptor may lie beneath what moved: ask the kernel again.
         self.guard.paths.clear();
@@ -741,12 +739,12 @@ impl fs::HostDescriptor for Guarded<'_> {
         // A link in place of a directory a protected path lies beneath (`.git`
         // absent, `.git -> elsewhere`) would move that path where the rules
         // do not look, while the host's git still finds it by name.
-        self.check_change("create the link", &fd, &dest_path, false, true, Change::Create, Kind::Link)?;
+        self.check_change("create the link", &fd, &dest_path, false, true, (Change::Create, Kind::Link))?;
         fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
     }
 
     fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        self.check_change("delete", &fd, &path, false, true, Change::Delete, Kind::File)?;
+        self.check_change("delete", &fd, &path, false, true, (Change::Delete, Kind::File))?;
         fs::HostDescriptor::unlink_file_at(&mut self.fs, fd, path)
     }
 

@@ -27,7 +27,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
-use super::{Cancel, OutputTap, ProgressSink, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
+use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
@@ -580,17 +580,15 @@ impl ComponentRuntime {
     /// The call runs on its own thread; if it has not finished by the timeout plus
     /// a grace period (for example blocked in a host call), it is abandoned with
     /// `TIMEOUT` and its epoch deadline ends it when it next runs guest code.
-    #[allow(clippy::too_many_arguments)] // the call's parts, each from a different stage
     pub fn call(
         &self,
         plugin: &Arc<LoadedPlugin>,
         tool: &str,
         args: String,
         walls: &Walls,
-        cancel: &Cancel,
-        tap: Option<&OutputTap>,
-        progress: Option<&ProgressSink>,
+        watch: crate::runtime::Watch<'_>,
     ) -> Result<RunOutput, CallError> {
+        let crate::runtime::Watch { cancel, tap, progress } = watch;
         let (mut store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
         store.data_mut().progress = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let plugin = plugin.clone();
