@@ -504,37 +504,7 @@ impl ProcessRuntime {
             }
             // A timeout while the helper was still confining itself is still a timeout.
             if !report.ok && !ended.timed_out {
-                let why = report.error.clone().unwrap_or_else(|| {
-                    let said = stderr.joined();
-                    let said = String::from_utf8_lossy(&said[..said.len().min(512)]).trim().to_string();
-                    if said.is_empty() {
-                        "the sandbox helper stopped before reporting".into()
-                    } else {
-                        format!("the sandbox helper stopped before reporting: {said}")
-                    }
-                });
-                let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
-                let hint = if report.exec_failed {
-                    let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
-                    let program = exec.argv.first().map(std::path::Path::new);
-                    let gid = nix::unistd::getegid().as_raw();
-                    let unreachable = program.and_then(|p| program::unreachable_for(p, report.uid, gid));
-                    match (program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))), unreachable) {
-                        (Some(h), _) => format!(" ({h})"),
-                        (None, Some((path, why))) => format!(
-                            " (it runs as uid {} (the workspace's owner, since warden runs as root), and {}: {why}; \
-                             give the workspace to the user who may run the program, or make {} reachable to uid {})",
-                            report.uid,
-                            path.display(),
-                            path.display(),
-                            report.uid
-                        ),
-                        (None, None) => " (is the program's directory in fs.read?)".to_string(),
-                    }
-                } else {
-                    String::new()
-                };
-                return Err(CallError::new(code, format!("{tool}: {why}{hint}")));
+                return Err(helper_failed(tool, exec, walls, &report, &stderr.joined()));
             }
 
             let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
@@ -556,63 +526,10 @@ impl ProcessRuntime {
                 (None, None)
             };
 
-            if ended.timed_out {
-                let what = if hit_pids_max { " (it also hit limits.processes)" } else { "" };
-                return Err(CallError::new(
-                    if hit_pids_max { ErrorCode::LimitExceeded } else { ErrorCode::Timeout },
-                    format!(
-                        "{tool}: killed after {:.1}s (limits.timeout = {:?}){what}",
-                        elapsed.as_secs_f64(),
-                        limits.timeout
-                    ),
-                ));
-            }
-            let cpu_spent = signal == Some(libc::SIGKILL) && cpu + Duration::from_millis(50) >= limits.cpu;
-            match signal {
-                Some(libc::SIGXCPU) => {
-                    return Err(CallError::new(
-                        ErrorCode::LimitExceeded,
-                        format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
-                    ));
-                }
-                Some(libc::SIGKILL) if hit_memory_max => {
-                    return Err(CallError::new(
-                        ErrorCode::LimitExceeded,
-                        format!(
-                            "{tool}: killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count)",
-                            limits.memory
-                        ),
-                    ));
-                }
-                Some(libc::SIGKILL) if cpu_spent => {
-                    return Err(CallError::new(
-                        ErrorCode::LimitExceeded,
-                        format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
-                    ));
-                }
-                Some(libc::SIGXFSZ) => {
-                    return Err(CallError::new(
-                        ErrorCode::LimitExceeded,
-                        format!("{tool}: wrote a file past limits.file_size ({} bytes)", limits.file_size),
-                    ));
-                }
-                _ => {}
-            }
-            if hit_memory_max && exit_code != Some(0) {
-                return Err(CallError::new(
-                    ErrorCode::LimitExceeded,
-                    format!(
-                        "{tool}: a process of its tree was killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count), and it exited {}",
-                        limits.memory,
-                        exit_code.map_or("by a signal".into(), |c| c.to_string())
-                    ),
-                ));
-            }
-            if hit_pids_max && exit_code != Some(0) {
-                return Err(CallError::new(
-                    ErrorCode::LimitExceeded,
-                    format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
-                ));
+            let ends =
+                Ends { elapsed, cpu, exit_code, signal, timed_out: ended.timed_out, hit_pids_max, hit_memory_max };
+            if let Some(e) = limit_reached(tool, &limits, &ends) {
+                return Err(e);
             }
             let stderr_tail = stderr.joined();
             let mut value = json!({
@@ -962,6 +879,117 @@ impl ProcessRuntime {
             view: Some(if ns { "grants" } else { "host" }),
         }
     }
+}
+
+/// Why the helper stopped before the program ran: its report's error, or what
+/// it wrote to stderr, and for a program that could not be executed, what to
+/// change so that it can.
+fn helper_failed(tool: &str, exec: &ExecSpec, walls: &Walls, report: &HelperReport, stderr: &[u8]) -> CallError {
+    let why = report.error.clone().unwrap_or_else(|| {
+        let said = String::from_utf8_lossy(&stderr[..stderr.len().min(512)]).trim().to_string();
+        if said.is_empty() {
+            "the sandbox helper stopped before reporting".into()
+        } else {
+            format!("the sandbox helper stopped before reporting: {said}")
+        }
+    });
+    let code = if report.exec_failed { ErrorCode::ExecutionFailed } else { ErrorCode::SandboxUnavailable };
+    let hint = if report.exec_failed {
+        let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();
+        let program = exec.argv.first().map(std::path::Path::new);
+        let gid = nix::unistd::getegid().as_raw();
+        let unreachable = program.and_then(|p| program::unreachable_for(p, report.uid, gid));
+        match (program.and_then(|p| program::hint(p, &granted, &format!("tool {tool}"))), unreachable) {
+            (Some(h), _) => format!(" ({h})"),
+            (None, Some((path, why))) => format!(
+                " (it runs as uid {} (the workspace's owner, since warden runs as root), and {}: {why}; \
+                 give the workspace to the user who may run the program, or make {} reachable to uid {})",
+                report.uid,
+                path.display(),
+                path.display(),
+                report.uid
+            ),
+            (None, None) => " (is the program's directory in fs.read?)".to_string(),
+        }
+    } else {
+        String::new()
+    };
+    CallError::new(code, format!("{tool}: {why}{hint}"))
+}
+
+/// How a call's program ended, for [`limit_reached`].
+struct Ends {
+    elapsed: Duration,
+    cpu: Duration,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    hit_pids_max: bool,
+    hit_memory_max: bool,
+}
+
+/// The limit a call's program ran into, if that is how it ended: the timeout,
+/// CPU time, memory, file size or process count, each naming its key.
+fn limit_reached(tool: &str, limits: &crate::policy::Limits, e: &Ends) -> Option<CallError> {
+    if e.timed_out {
+        let what = if e.hit_pids_max { " (it also hit limits.processes)" } else { "" };
+        return Some(CallError::new(
+            if e.hit_pids_max { ErrorCode::LimitExceeded } else { ErrorCode::Timeout },
+            format!(
+                "{tool}: killed after {:.1}s (limits.timeout = {:?}){what}",
+                e.elapsed.as_secs_f64(),
+                limits.timeout
+            ),
+        ));
+    }
+    let cpu_spent = e.signal == Some(libc::SIGKILL) && e.cpu + Duration::from_millis(50) >= limits.cpu;
+    match e.signal {
+        Some(libc::SIGXCPU) => {
+            return Some(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+            ));
+        }
+        Some(libc::SIGKILL) if e.hit_memory_max => {
+            return Some(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{tool}: killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count)",
+                    limits.memory
+                ),
+            ));
+        }
+        Some(libc::SIGKILL) if cpu_spent => {
+            return Some(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!("{tool}: used its CPU time (limits.cpu = {:?})", limits.cpu),
+            ));
+        }
+        Some(libc::SIGXFSZ) => {
+            return Some(CallError::new(
+                ErrorCode::LimitExceeded,
+                format!("{tool}: wrote a file past limits.file_size ({} bytes)", limits.file_size),
+            ));
+        }
+        _ => {}
+    }
+    if e.hit_memory_max && e.exit_code != Some(0) {
+        return Some(CallError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "{tool}: a process of its tree was killed for holding more memory than limits.memory ({} bytes; memfd, shared memory and {{tmp}} pages count), and it exited {}",
+                limits.memory,
+                e.exit_code.map_or("by a signal".into(), |c| c.to_string())
+            ),
+        ));
+    }
+    if e.hit_pids_max && e.exit_code != Some(0) {
+        return Some(CallError::new(
+            ErrorCode::LimitExceeded,
+            format!("{tool}: its process tree hit limits.processes = {}", limits.processes),
+        ));
+    }
+    None
 }
 
 /// What confines file metadata, for [`SandboxReport::metadata`].
