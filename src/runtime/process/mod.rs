@@ -225,7 +225,6 @@ fn read_first_report(channel: &mut std::os::unix::net::UnixStream, prefix: Optio
     serde_json::from_slice(&line).unwrap_or_default()
 }
 
-/// A sandbox helper just started: the program is about to run.
 /// What a call runs: its command line, the tool's `exec` (its working
 /// directory, and the program its hints name), and whether warden's own stdio
 /// is the program's (`warden run`).
@@ -235,6 +234,7 @@ struct Program<'a> {
     inherit: bool,
 }
 
+/// A sandbox helper just started: the program is about to run.
 struct Spawned {
     child: std::process::Child,
     pid: Pid,
