@@ -16,8 +16,9 @@ use serde_json::Value;
 use crate::error::{CallError, ErrorCode};
 use crate::lock::{Owner, Pins};
 use crate::policy::{PluginSource, Policy, Runner, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
+use crate::runtime::ToolDef;
 use crate::runtime::server::ServerPool;
-use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin, ToolDef};
+use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
 
 /// The largest input schema warden compiles.
 const MAX_SCHEMA_BYTES: usize = 256 << 10;
@@ -400,7 +401,7 @@ impl Found<'_> {
 /// Refuses a third-party definition that carries text aimed at the model,
 /// unless the policy's own description replaces the poisoned one.
 fn poisoned(spec: &ToolSpec, owner: &str, def: &ToolDef) -> Result<(), CallError> {
-    let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else {
+    let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) else {
         return Ok(());
     };
     if p.answered_by(Some(spec)) {

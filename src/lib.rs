@@ -6,7 +6,7 @@
 //! ([`runtime`]; process tools through the `warden-sandbox` helper, their network
 //! through [`egress`]), shaped ([`shape`]) and recorded ([`audit`]). Around it:
 //! [`mcp`] (`warden serve`), [`cli`], [`checkup`] and [`lint`] (`warden audit`),
-//! [`lock`] (`warden.lock`), [`cache`], [`workspace_read`], [`error`] (the stable
+//! [`lock`] (`warden.lock`), [`poisoning`] (definitions that address the model), [`cache`], [`workspace_read`], [`error`] (the stable
 //! codes). README.md, "Layout", draws the crate graph.
 
 #![deny(unsafe_code)]
@@ -26,6 +26,7 @@ pub mod lint;
 pub mod lock;
 pub mod mcp;
 pub mod paths;
+pub mod poisoning;
 pub use warden_policy as policy;
 pub mod runtime;
 pub mod shape;

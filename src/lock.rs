@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::runtime::wasm::ToolDef;
+use crate::runtime::ToolDef;
 use crate::workspace_read::{ReadError, read_beneath};
 
 /// The largest lock file warden reads.

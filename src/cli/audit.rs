@@ -88,11 +88,11 @@ pub(super) fn poisoned_definitions(
     policy: &Policy,
     runtime: &ComponentRuntime,
     servers: &ServerPool,
-) -> Vec<(&'static str, String, String, crate::lint::Poisoned)> {
+) -> Vec<(&'static str, String, String, crate::poisoning::Poisoned)> {
     use crate::policy::{PluginKind, PluginSource};
     let mut out = Vec::new();
-    let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::wasm::ToolDef| {
-        let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { return };
+    let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::ToolDef| {
+        let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) else { return };
         if p.answered_by(policy.tools.get(&name)) {
             return;
         }

@@ -30,7 +30,7 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let mut new = Lock::new();
     // Every definition, by the line `changes` names it with: its owner, the name the catalog offers, the definition.
-    let mut found: BTreeMap<String, (Owner<'_>, String, crate::runtime::wasm::ToolDef)> = BTreeMap::new();
+    let mut found: BTreeMap<String, (Owner<'_>, String, crate::runtime::ToolDef)> = BTreeMap::new();
     for p in policy.plugins.values() {
         if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
             continue;
@@ -83,7 +83,7 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
         };
         println!("{name} ({key}): {status}");
         show_definition(def);
-        if let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) {
+        if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) {
             println!("POISONING: {} (refused unless the policy replaces it; see `warden audit`, WL111)", p.why);
         }
         if changed.contains(key) {
@@ -108,7 +108,7 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     // Definitions that address the model are never accepted silently.
     let mut poisoned = Vec::new();
     for (key, (_, name, def)) in &found {
-        let Some(p) = crate::lint::definition_poisoning(&def.description, &def.input_schema) else { continue };
+        let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) else { continue };
         if p.answered_by(policy.tools.get(name)) {
             continue;
         }
@@ -170,7 +170,7 @@ pub(super) fn pretty_schema(text: &str) -> String {
 }
 
 /// A definition, for a person to read: control and invisible characters shown escaped.
-pub(super) fn show_definition(def: &crate::runtime::wasm::ToolDef) {
+pub(super) fn show_definition(def: &crate::runtime::ToolDef) {
     println!("description: {:?}", def.description);
     println!("input schema:");
     for line in pretty_schema(&def.input_schema).lines() {
@@ -180,7 +180,7 @@ pub(super) fn show_definition(def: &crate::runtime::wasm::ToolDef) {
 
 /// What changed in a definition since it was accepted: a line diff of its
 /// description and of its indented input schema.
-pub(super) fn show_change(old: Option<&crate::lock::Accepted>, def: &crate::runtime::wasm::ToolDef) {
+pub(super) fn show_change(old: Option<&crate::lock::Accepted>, def: &crate::runtime::ToolDef) {
     let Some(old) = old else {
         println!("         (warden.lock keeps no text of the accepted definition: written by an older warden)");
         println!("         description now: {:?}", def.description);

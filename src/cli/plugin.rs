@@ -77,7 +77,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
                             "description": sanitize(&t.description),
                             "input_schema": serde_json::from_str::<Value>(&t.input_schema).unwrap_or(Value::Null),
                             "schema_error": schema_error(&t.input_schema),
-                            "poisoning": crate::lint::definition_poisoning(&t.description, &t.input_schema)
+                            "poisoning": crate::poisoning::definition_poisoning(&t.description, &t.input_schema)
                                 .map(|p| p.why),
                         })
                     })
@@ -102,7 +102,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
             Ok(tools) => {
                 for t in tools {
                     println!("  {:<20} {}", sanitize(&t.name), sanitize(&t.description));
-                    if let Some(p) = crate::lint::definition_poisoning(&t.description, &t.input_schema) {
+                    if let Some(p) = crate::poisoning::definition_poisoning(&t.description, &t.input_schema) {
                         println!("  {:<20} WARNING: {} (tool poisoning)", "", sanitize(&p.why));
                     }
                     println!("  {:<20} input schema: {}", "", sanitize(&t.input_schema));

@@ -92,6 +92,18 @@ pub struct Watch<'a> {
     pub progress: Option<&'a ProgressSink>,
 }
 
+/// A tool as its owner describes it: a plugin's `describe()`, or an MCP
+/// server's `tools/list` (what `warden.lock` pins and the catalog judges).
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its JSON Schema, as text.
+    pub input_schema: String,
+}
+
 /// What a call used.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Usage {

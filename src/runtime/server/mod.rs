@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use self::client::Connection;
+use super::ToolDef;
 use super::process::{ProcessRuntime, program};
-use super::wasm::ToolDef;
 use super::{CallTmp, Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::ServerSpec;

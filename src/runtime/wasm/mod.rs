@@ -27,7 +27,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use self::cache::ComponentCache;
 use self::pipe::CappedPipe;
-use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, Usage, Walls, capture};
+use super::{Cancel, OutputTap, RunOutput, SandboxReport, Stream, ToolDef, Usage, Walls, capture};
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
@@ -85,17 +85,6 @@ const BUILTIN_FS_SHA256: &str = env!("WARDEN_BUILTIN_FS_SHA256");
 static BUILTIN_NET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/net.wasm"));
 /// Its sha256, computed by `build.rs`.
 const BUILTIN_NET_SHA256: &str = env!("WARDEN_BUILTIN_NET_SHA256");
-
-/// A tool as a plugin describes it.
-#[derive(Debug, Clone)]
-pub struct ToolDef {
-    /// Its name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// Its JSON Schema, as text.
-    pub input_schema: String,
-}
 
 /// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
 pub struct LoadedPlugin {
