@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod util;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -173,14 +175,13 @@ fn component_sockets_follow_the_egress_rules() {
     ));
     let r = call(&k, "connect", json!({"addr": format!("localhost:{port}")}));
     assert_eq!(r.result, Some(json!("connected")), "allow_private: {r:?}");
-    std::thread::sleep(Duration::from_millis(50));
-    assert!(l.accept().is_ok(), "the admitted connection did not arrive");
+    assert!(util::within(Duration::from_secs(5), || l.accept().is_ok()), "the admitted connection did not arrive");
 
     let k = kit(&format!("[tools.connect]\nplugin = \"kit\"\nnet.connect = [\"127.0.0.1:{port}\"]\n"));
     let r = call(&k, "connect", json!({"addr": format!("127.0.0.1:{port}")}));
     assert_eq!(r.result, Some(json!("connected")), "a literal grant: {r:?}");
-    std::thread::sleep(Duration::from_millis(50));
-    assert!(l.accept().is_ok(), "the literal grant's connection did not arrive");
+    let arrived = util::within(Duration::from_secs(5), || l.accept().is_ok());
+    assert!(arrived, "the literal grant's connection did not arrive");
 }
 
 /// `http_fetch` over wasi:http: a granted literal address works (status,

@@ -150,3 +150,19 @@ pub(crate) fn needs_root() {
         "needs root: run it as root with `cargo test -- --ignored` (.ci/run does)"
     );
 }
+
+/// Polls `done` until it holds or `deadline` passes; whether it held. A
+/// check of something that happens asynchronously (a connection arriving, a
+/// killed process gone) waits only as long as it must and fails at the deadline.
+pub(crate) fn within(deadline: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + deadline;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
