@@ -14,52 +14,10 @@ import pytest
 
 WARDEN = os.environ["WARDEN_BIN"]
 
-POLICY = """
-version = 1
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "policies"
 
-[defaults]
-tier = "ask"
-timeout = "30s"
-
-[plugins.fs]
-source = "builtin:fs"
-
-[tools.read_file]
-plugin = "fs"
-tier = "auto"
-fs.read = ["{workspace}"]
-
-[tools.write_file]
-plugin = "fs"
-tier = "ask"
-fs.write = ["{workspace}"]
-
-[tools.delete_file]
-plugin = "fs"
-tier = "confirm"
-fs.write = ["{workspace}"]
-
-[tools.move_file]
-plugin = "fs"
-tier = "deny"
-fs.write = ["{workspace}"]
-
-[tools.shell]
-exec = ["/bin/sh", "-c", "{command}"]
-description = "Run a shell command in the workspace"
-tier = "auto"
-fs.read = ["{system}", "{workspace}"]
-fs.write = ["{workspace}"]
-env = { pass = ["PATH"] }
-limits = { timeout = "120s", cpu = "120s" }
-
-[tools.fetch]
-exec = ["/bin/true"]
-description = "Pretend to fetch"
-tier = "auto"
-fs.read = ["{system}"]
-net.connect = ["127.0.0.1:9"]
-"""
+# The policy every MCP suite starts from (tests/fixtures/policies/mcp.toml).
+POLICY = (FIXTURES / "mcp.toml").read_text()
 
 
 

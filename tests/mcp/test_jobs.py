@@ -16,28 +16,13 @@ import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from conftest import host_pids, marker
+from conftest import FIXTURES, host_pids, marker
 
 MODES = ["legacy", "2026-07-28"]
 
-POLICY = """
-version = 1
-
-[defaults]
-tier = "ask"
-timeout = "30s"
-max_jobs = 2
-
-[tools.bg]
-exec = ["/bin/sh", "-c", "{command}"]
-description = "Run a shell command in the background"
-tier = "auto"
-background = true
-fs.read = ["{system}", "{workspace}"]
-fs.write = ["{workspace}"]
-env = { pass = ["PATH"] }
-limits = { timeout = "2h", cpu = "2h" }
-
+# The background tool of tests/fixtures/policies/background.toml, at most two
+# jobs at once, and one that asks first.
+POLICY = (FIXTURES / "background.toml").read_text().replace('timeout = "30s"\n', 'timeout = "30s"\nmax_jobs = 2\n', 1) + """
 [tools.bg_ask]
 exec = ["/bin/sh", "-c", "{command}"]
 description = "Run a shell command in the background, once approved"
@@ -45,14 +30,6 @@ tier = "ask"
 background = true
 fs.read = ["{system}", "{workspace}"]
 env = { pass = ["PATH"] }
-
-[plugins.fs]
-source = "builtin:fs"
-
-[tools.read_file]
-plugin = "fs"
-tier = "auto"
-fs.read = ["{workspace}"]
 """
 
 

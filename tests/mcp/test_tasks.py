@@ -25,7 +25,7 @@ import threading
 import time
 
 import pytest
-from conftest import host_pids, marker
+from conftest import FIXTURES, host_pids, marker
 
 WARDEN = os.environ["WARDEN_BIN"]
 HERE = pathlib.Path(__file__).parent / "tasks_clients"
@@ -33,31 +33,8 @@ TASK_ID = re.compile(r"j-[0-9a-f]{32}")
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
-POLICY = """
-version = 1
-
-[defaults]
-tier = "ask"
-timeout = "30s"
-
-[tools.bg]
-exec = ["/bin/sh", "-c", "{command}"]
-description = "Run a shell command in the background"
-tier = "auto"
-background = true
-fs.read = ["{system}", "{workspace}"]
-fs.write = ["{workspace}"]
-env = { pass = ["PATH"] }
-limits = { timeout = "2h", cpu = "2h" }
-
-[plugins.fs]
-source = "builtin:fs"
-
-[tools.read_file]
-plugin = "fs"
-tier = "auto"
-fs.read = ["{workspace}"]
-"""
+# A background shell tool and read_file (tests/fixtures/policies/background.toml).
+POLICY = (FIXTURES / "background.toml").read_text()
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,21 @@ fn the_shipped_policies_load() {
     }
 }
 
+/// The policies the Python MCP suites use (tests/fixtures/policies) compile
+/// here too, so a fixture cannot drift out of the language unnoticed.
+#[test]
+fn the_test_fixture_policies_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/policies");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        compile(&text, &path.display().to_string(), Path::new("."), &ctx()).unwrap_or_else(|e| panic!("{e}"));
+        seen += 1;
+    }
+    assert!(seen >= 2, "no fixtures under {}", dir.display());
+}
+
 #[test]
 fn unknown_keys_are_named_with_line_and_column() {
     let p = first_problem(&format!("{HEAD}[tools.read_file]\nplugin = \"fs\"\nfs.raed = [\"{{workspace}}\"]\n"));
