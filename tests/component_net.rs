@@ -13,66 +13,17 @@ mod util;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use warden::approval::{ApproveMode, Approver};
-use warden::audit::AuditLog;
-use warden::policy::Context;
-use warden::{CallResponse, Executor, Policy, Status, ToolCall};
+use serde_json::json;
+use util::kit::{Kit, code, message};
+use warden::Status;
 
-const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
-
-struct Kit {
-    dir: tempfile::TempDir,
-    exec: Executor,
-}
-
+/// The testkit with the builtin `net` plugin, then `extra`.
 fn kit(extra: &str) -> Kit {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let ws = ws.canonicalize().unwrap();
-    let sha = hex::encode(Sha256::digest(std::fs::read(TESTKIT).unwrap()));
-    let text = format!(
-        "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"20s\"\nmemory = \"64MiB\"\n\
-         [plugins.kit]\nsource = \"{TESTKIT}\"\nsha256 = \"{sha}\"\n\
-         [plugins.net]\nsource = \"builtin:net\"\n{extra}"
-    );
-    let ctx = Context { workspace: ws, home: dir.path().into(), cache: dir.path().into() };
-    let policy = Policy::from_text(&text, "kit.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
-    let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
-    let exec = Executor::new(
-        policy,
-        Approver::new(ApproveMode::Deny),
-        log,
-        warden::Options { cache_dir: Some(cache), sandbox_helper: None },
-    )
-    .unwrap();
-    Kit { dir, exec }
-}
-
-fn call(k: &Kit, tool: &str, args: Value) -> CallResponse {
-    k.exec.call(ToolCall::new(tool, args))
-}
-
-fn code(r: &CallResponse) -> &'static str {
-    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
-}
-
-fn message(r: &CallResponse) -> String {
-    r.error.as_ref().map(|e| e.message.clone()).unwrap_or_default()
-}
-
-/// The last audit record of a kit.
-fn last_record(k: &Kit) -> Value {
-    let text = std::fs::read_to_string(k.dir.path().join("audit.jsonl")).unwrap();
-    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    Kit::new("64MiB", &format!("[plugins.net]\nsource = \"builtin:net\"\n{extra}"))
 }
 
 /// A listener on 127.0.0.1 that accepts nothing (connections pile up in its backlog).
@@ -150,21 +101,21 @@ fn server(away: u16) -> Server {
 fn component_sockets_follow_the_egress_rules() {
     let (l, port) = listener();
     let k = kit(&format!("[tools.connect]\nplugin = \"kit\"\nnet.connect = [\"localhost:{port}\"]\n"));
-    let r = call(&k, "connect", json!({"addr": format!("localhost:{port}")}));
+    let r = k.call("connect", json!({"addr": format!("localhost:{port}")}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "a name resolving to loopback: {r:?}");
     assert!(message(&r).contains("net.allow_private"), "{r:?}");
     std::thread::sleep(Duration::from_millis(50));
     assert!(l.accept().is_err(), "a connection reached loopback through a granted name");
-    let record = last_record(&k);
+    let record = k.last_record();
     assert_eq!(record["network"]["refused"], 1, "the refusal is in the audit record: {record}");
 
     // The address itself, even granted by name, is not reachable by its literal.
-    let r = call(&k, "connect", json!({"addr": format!("127.0.0.1:{port}")}));
+    let r = k.call("connect", json!({"addr": format!("127.0.0.1:{port}")}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "{r:?}");
     assert!(message(&r).contains("net.connect"), "{r:?}");
 
     // A name no grant covers: refused before any lookup.
-    let r = call(&k, "connect", json!({"addr": format!("other.invalid:{port}")}));
+    let r = k.call("connect", json!({"addr": format!("other.invalid:{port}")}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "{r:?}");
     assert!(message(&r).contains("no grant for other.invalid") && message(&r).contains("net.connect"), "{r:?}");
     std::thread::sleep(Duration::from_millis(50));
@@ -173,12 +124,12 @@ fn component_sockets_follow_the_egress_rules() {
     let k = kit(&format!(
         "[tools.connect]\nplugin = \"kit\"\nnet.connect = [\"localhost:{port}\"]\nnet.allow_private = true\n"
     ));
-    let r = call(&k, "connect", json!({"addr": format!("localhost:{port}")}));
+    let r = k.call("connect", json!({"addr": format!("localhost:{port}")}));
     assert_eq!(r.result, Some(json!("connected")), "allow_private: {r:?}");
     assert!(util::within(Duration::from_secs(5), || l.accept().is_ok()), "the admitted connection did not arrive");
 
     let k = kit(&format!("[tools.connect]\nplugin = \"kit\"\nnet.connect = [\"127.0.0.1:{port}\"]\n"));
-    let r = call(&k, "connect", json!({"addr": format!("127.0.0.1:{port}")}));
+    let r = k.call("connect", json!({"addr": format!("127.0.0.1:{port}")}));
     assert_eq!(r.result, Some(json!("connected")), "a literal grant: {r:?}");
     let arrived = util::within(Duration::from_secs(5), || l.accept().is_ok());
     assert!(arrived, "the literal grant's connection did not arrive");
@@ -198,7 +149,7 @@ fn http_fetch_reaches_only_what_its_grants_admit() {
         "[tools.http_fetch]\nplugin = \"net\"\nlimits = {{ max_output = \"8MiB\" }}\nnet.connect = [\"127.0.0.1:{port}\", \"localhost:{port}\"]\n"
     ));
     let url = format!("http://127.0.0.1:{port}/");
-    let r = call(&k, "http_fetch", json!({"url": url}));
+    let r = k.call("http_fetch", json!({"url": url}));
     assert_eq!(r.status, Status::Success, "{r:?}");
     let v = r.result.clone().unwrap();
     assert_eq!(v["status"], 200, "{v}");
@@ -209,46 +160,46 @@ fn http_fetch_reaches_only_what_its_grants_admit() {
     let head = s.heads.lock().unwrap().last().cloned().unwrap();
     assert!(head.starts_with("GET / HTTP/1.1\r\n"), "{head}");
     assert!(head.to_ascii_lowercase().contains(&format!("host: 127.0.0.1:{port}")), "{head}");
-    let record = last_record(&k);
+    let record = k.last_record();
     assert_eq!(record["network"]["allowed"], 1, "{record}");
 
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{port}/here"), "method": "HEAD"}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{port}/here"), "method": "HEAD"}));
     let v = r.result.clone().unwrap_or_else(|| panic!("{r:?}"));
     assert_eq!((v["status"].clone(), v["body"].clone()), (json!(200), json!("")), "{v}");
     assert_eq!(v["url"], url, "the redirect was followed");
 
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{port}/big"), "max_bytes": 1000}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{port}/big"), "max_bytes": 1000}));
     let v = r.result.clone().unwrap_or_else(|| panic!("{r:?}"));
     assert_eq!((v["body"].as_str().map(str::len), v["truncated"].clone()), (Some(1000), json!(true)));
 
     let seen = other.heads.lock().unwrap().len();
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{}/", other.port)}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{}/", other.port)}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "an ungranted port: {r:?}");
     assert!(message(&r).contains("net.connect"), "{r:?}");
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{port}/away")}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{port}/away")}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "a redirect to an ungranted port: {r:?}");
     assert!(message(&r).contains(&format!("127.0.0.1:{}", other.port)), "{r:?}");
     assert_eq!(other.heads.lock().unwrap().len(), seen, "a refused request reached the server");
 
     // The grant names 127.0.0.1 literally, so localhost (resolving to it) is admitted ...
-    let r = call(&k, "http_fetch", json!({"url": format!("http://localhost:{port}/")}));
+    let r = k.call("http_fetch", json!({"url": format!("http://localhost:{port}/")}));
     assert_eq!(r.result.as_ref().map(|v| v["status"].clone()), Some(json!(200)), "{r:?}");
     // ... but a name alone is not: loopback needs net.allow_private.
     let k = kit(&format!("[tools.http_fetch]\nplugin = \"net\"\nnet.connect = [\"localhost:{port}\"]\n"));
     let before = s.heads.lock().unwrap().len();
-    let r = call(&k, "http_fetch", json!({"url": format!("http://localhost:{port}/")}));
+    let r = k.call("http_fetch", json!({"url": format!("http://localhost:{port}/")}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "a granted name resolving to loopback: {r:?}");
     assert!(message(&r).contains("net.allow_private"), "{r:?}");
     assert_eq!(s.heads.lock().unwrap().len(), before, "the refused request reached the server");
-    assert_eq!(last_record(&k)["network"]["refused"], 1);
+    assert_eq!(k.last_record()["network"]["refused"], 1);
 
-    let r = call(&k, "http_fetch", json!({"url": "ftp://127.0.0.1/"}));
+    let r = k.call("http_fetch", json!({"url": "ftp://127.0.0.1/"}));
     assert_eq!(code(&r), "INVALID_ARGS", "{r:?}");
 
     let k = kit(&format!(
         "[tools.http_fetch]\nplugin = \"net\"\nnet.connect = [\"localhost:{port}\"]\nnet.allow_private = true\n"
     ));
-    let r = call(&k, "http_fetch", json!({"url": format!("http://localhost:{port}/")}));
+    let r = k.call("http_fetch", json!({"url": format!("http://localhost:{port}/")}));
     assert_eq!(r.result.as_ref().map(|v| v["status"].clone()), Some(json!(200)), "allow_private: {r:?}");
 }
 
@@ -257,7 +208,7 @@ fn http_fetch_reaches_only_what_its_grants_admit() {
 fn http_fetch_without_a_grant_is_refused() {
     let s = server(0);
     let k = kit("[tools.http_fetch]\nplugin = \"net\"\n");
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{}/", s.port)}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{}/", s.port)}));
     assert_eq!(code(&r), "PERMISSION_DENIED", "{r:?}");
     assert!(message(&r).contains(&format!("add \"127.0.0.1:{}\" to net.connect", s.port)), "{r:?}");
     assert!(s.heads.lock().unwrap().is_empty());
@@ -273,7 +224,7 @@ fn http_fetch_bodies_are_bounded() {
         "[tools.http_fetch]\nplugin = \"net\"\nlimits = {{ max_output = \"4MiB\" }}\nnet.connect = [\"127.0.0.1:{}\"]\n",
         s.port
     ));
-    let r = call(&k, "http_fetch", json!({"url": format!("http://127.0.0.1:{}/big", s.port)}));
+    let r = k.call("http_fetch", json!({"url": format!("http://127.0.0.1:{}/big", s.port)}));
     let v = r.result.clone().unwrap_or_else(|| panic!("{r:?}"));
     assert_eq!(v["truncated"], true, "{r:?}");
     assert_eq!(v["body"].as_str().map(str::len), Some(1 << 20));

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+pub(crate) mod kit;
 pub(crate) mod mcp_stdio;
 
 /// A temporary workspace plus a directory outside it.

@@ -1,0 +1,74 @@
+//! The in-process harness over the testkit component (`WARDEN_TESTKIT_WASM`,
+//! built by build.rs): an [`Executor`] on a fresh workspace with its own audit
+//! log, approvals denied, the compiled-component cache shared between tests.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use warden::approval::{ApproveMode, Approver};
+use warden::audit::AuditLog;
+use warden::policy::Context;
+use warden::{CallResponse, Executor, Policy, ToolCall};
+
+/// The testkit component.
+pub(crate) const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
+
+/// One test's executor over the testkit.
+pub(crate) struct Kit {
+    /// Holds the workspace, the audit log and the state.
+    pub dir: tempfile::TempDir,
+    /// The workspace (canonical).
+    pub ws: PathBuf,
+    /// The executor.
+    pub exec: Executor,
+}
+
+impl Kit {
+    /// A policy of `[defaults]` (tier auto, 20 s, `memory`), the testkit as
+    /// plugin `kit` (pinned by its hash), then `rest`.
+    pub(crate) fn new(memory: &str, rest: &str) -> Kit {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let ws = ws.canonicalize().unwrap();
+        let sha = hex::encode(Sha256::digest(std::fs::read(TESTKIT).unwrap()));
+        let text = format!(
+            "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"20s\"\nmemory = \"{memory}\"\n\
+             [plugins.kit]\nsource = \"{TESTKIT}\"\nsha256 = \"{sha}\"\n{rest}"
+        );
+        let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
+        let policy = Policy::from_text(&text, "kit.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
+        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
+        let exec = Executor::new(
+            policy,
+            Approver::new(ApproveMode::Deny),
+            log,
+            warden::Options { cache_dir: Some(cache), sandbox_helper: None },
+        )
+        .unwrap();
+        Kit { dir, ws, exec }
+    }
+
+    /// One call.
+    pub(crate) fn call(&self, tool: &str, args: Value) -> CallResponse {
+        self.exec.call(ToolCall::new(tool, args))
+    }
+
+    /// The last record of the kit's audit log.
+    pub(crate) fn last_record(&self) -> Value {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap();
+        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    }
+}
+
+/// A response's error code, or "".
+pub(crate) fn code(r: &CallResponse) -> &'static str {
+    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
+}
+
+/// A response's error message, or "".
+pub(crate) fn message(r: &CallResponse) -> String {
+    r.error.as_ref().map(|e| e.message.clone()).unwrap_or_default()
+}
