@@ -182,6 +182,8 @@ fn the_escape_battery() {
     let chosen = |c: &&Case| only.is_empty() || only.iter().any(|w| c.id.contains(w.as_str()));
     let light: Vec<&Case> = cases.iter().filter(|c| !c.heavy).filter(chosen).collect();
     let heavy: Vec<&Case> = cases.iter().filter(|c| c.heavy).filter(chosen).collect();
+    // A filter that matches nothing would pass having attempted nothing.
+    assert!(!light.is_empty() || !heavy.is_empty(), "WARDEN_ESCAPE_ONLY={only:?} matches no case id");
     let mut rows = run_all(&scene, &light, 3);
     rows.extend(run_all(&scene, &heavy, 1));
     let order = |r: &Row| cases.iter().position(|c| c.id == r.case.id).unwrap_or(usize::MAX);
@@ -222,8 +224,9 @@ fn the_escape_battery() {
     }
 
     println!(
-        "\nThe escape battery: {} cases, {:.1} s (report: {})\n",
+        "\nThe escape battery: {} of {} cases, {:.1} s (report: {})\n",
         rows.len(),
+        cases.len(),
         started.elapsed().as_secs_f64(),
         path.display()
     );
