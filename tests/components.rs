@@ -480,17 +480,7 @@ fn the_policy_s_denied_and_protected_paths_hold_for_the_builtin_file_tools() {
             "[tools.{tool}]\nplugin = \"fs\"\nfs.write = [\"{{workspace}}\"]\nfs.deny_read = [\"{{workspace}}/**/.env\"]\n"
         ));
     }
-    let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
-    let policy = Policy::from_text(&text, "p.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
-    let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
-    let exec = Executor::new(
-        policy,
-        Approver::new(ApproveMode::Deny),
-        log,
-        warden::Options { cache_dir: Some(cache), sandbox_helper: None },
-    )
-    .unwrap();
+    let exec = util::kit::executor(dir.path(), &ws, &text);
     let refused = |tool: &str, args: Value, path: &str, key: &str| {
         let r = exec.call(ToolCall::new(tool, args.clone()));
         assert_eq!(code(&r), "PERMISSION_DENIED", "{tool} {args}: {r:?}");

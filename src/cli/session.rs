@@ -76,8 +76,7 @@ impl Session {
     /// warden's own files beyond the policy and its lock: the audit log and the
     /// compiled-component cache (every call protects them inside its write grants).
     pub(super) fn own_files(&self) -> Vec<(String, PathBuf)> {
-        let mut own =
-            vec![("audit log".to_string(), absolute(&self.cli.audit_log.clone().unwrap_or_else(audit::default_path)))];
+        let mut own = vec![("audit log".to_string(), absolute(&self.audit_log()))];
         if let Some(cache) = cache_dir() {
             own.push(("component cache".into(), absolute(&cache)));
         }
@@ -117,7 +116,7 @@ impl Session {
     pub(super) fn executor_for(&self, only: Option<&str>) -> Result<Executor, Failure> {
         let ctx = self.context()?;
         let policy = self.load_policy(&ctx)?;
-        let log_path = self.cli.audit_log.clone().unwrap_or_else(audit::default_path);
+        let log_path = self.audit_log();
         let log = AuditLog::open(&log_path).map_err(|e| {
             fail(
                 ErrorCode::Internal,

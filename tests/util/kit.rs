@@ -37,17 +37,7 @@ impl Kit {
             "version = 1\n[defaults]\ntier = \"auto\"\ntimeout = \"20s\"\nmemory = \"{memory}\"\n\
              [plugins.kit]\nsource = \"{TESTKIT}\"\nsha256 = \"{sha}\"\n{rest}"
         );
-        let ctx = Context { workspace: ws.clone(), home: dir.path().into(), cache: dir.path().into() };
-        let policy = Policy::from_text(&text, "kit.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
-        let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
-        let exec = Executor::new(
-            policy,
-            Approver::new(ApproveMode::Deny),
-            log,
-            warden::Options { cache_dir: Some(cache), sandbox_helper: None },
-        )
-        .unwrap();
+        let exec = executor(dir.path(), &ws, &text);
         Kit { dir, ws, exec }
     }
 
@@ -61,6 +51,22 @@ impl Kit {
         let text = std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap();
         serde_json::from_str(text.lines().last().unwrap()).unwrap()
     }
+}
+
+/// An executor for the policy `text` over the workspace `ws`, its audit log
+/// and state in `dir`, approvals denied, the component cache shared.
+pub(crate) fn executor(dir: &Path, ws: &Path, text: &str) -> Executor {
+    let ctx = Context { workspace: ws.to_path_buf(), home: dir.into(), cache: dir.into() };
+    let policy = Policy::from_text(text, "kit.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
+    let log = AuditLog::open(&dir.join("audit.jsonl")).unwrap();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
+    Executor::new(
+        policy,
+        Approver::new(ApproveMode::Deny),
+        log,
+        warden::Options { cache_dir: Some(cache), sandbox_helper: None },
+    )
+    .unwrap()
 }
 
 /// A response's error code, or "".
