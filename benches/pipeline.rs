@@ -49,7 +49,7 @@ mod naive {
     wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit", exports: { default: async } });
 
     /// The builtin `fs` component, as warden embeds it.
-    static FS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fs.wasm"));
+    static FS: &[u8] = warden::runtime::builtin::FS;
 
     struct State {
         wasi: WasiCtx,

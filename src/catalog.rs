@@ -354,7 +354,7 @@ impl Found<'_> {
                 // tool is unavailable in enforce mode (never run pretending).
                 if policy.mode == crate::policy::SandboxMode::Enforce
                     && let Some(why) =
-                        crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+                        warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
                     && let Ok(protection) = crate::runtime::protect::preview(spec)
                     && !protection.is_empty()
                 {
@@ -375,7 +375,7 @@ impl Found<'_> {
                 if policy.mode == crate::policy::SandboxMode::Enforce
                     && !spec.grants.net.is_empty()
                     && let Some(why) =
-                        crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+                        warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
                 {
                     let grants: Vec<String> = spec.grants.net.iter().take(10).map(|g| g.to_string()).collect();
                     return Err(CallError::new(

@@ -283,7 +283,7 @@ impl Executor {
         only: Option<&str>,
     ) -> Result<Executor, CallError> {
         // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
-        crate::runtime::process::limits::ignore_sigxfsz();
+        warden_sandbox::limits::ignore_sigxfsz();
         // A call of one tool is a process's only call (`warden call`): no instance pool.
         let runtime = match only {
             Some(_) => ComponentRuntime::one_shot(options.cache_dir),

@@ -18,18 +18,16 @@ pub mod catalog;
 pub mod checkup;
 pub mod cli;
 pub use warden_egress as egress;
-pub mod error;
 pub mod executor;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lint;
 pub mod lock;
 pub mod mcp;
-pub mod paths;
 pub mod poisoning;
 pub use warden_policy as policy;
-pub mod runtime;
-pub mod shape;
+pub use warden_runtime as runtime;
+pub use warden_runtime::{error, paths, shape};
 pub mod workspace_read;
 
 pub use error::{CallError, ErrorCode};

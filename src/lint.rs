@@ -395,7 +395,7 @@ pub struct Surroundings {
     /// profiles' patterns are not judged).
     pub tool_names: Option<Vec<String>>,
     /// Why this host cannot give a call a network namespace, as probed by
-    /// the caller (`warden audit`: [`crate::runtime::process::namespaces::NsSupport::probe`]);
+    /// the caller (`warden audit`: [`warden_sandbox::namespaces::NsSupport::probe`]);
     /// `None` when it can or nobody asked. The lint itself touches no host.
     pub no_net_namespace: Option<String>,
 }

@@ -2,8 +2,8 @@
 //! first, before any thread or runtime exists), else [`warden::cli::run`].
 
 fn main() -> std::process::ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|a| a == warden::runtime::process::helper::HELPER_ARG) {
-        warden::runtime::process::helper::run_main();
+    if std::env::args_os().nth(1).is_some_and(|a| a == warden_sandbox::helper::HELPER_ARG) {
+        warden_sandbox::helper::run_main();
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == warden::checkup::probe::PROBE_ARG) {
         warden::checkup::probe::run_main();

@@ -513,7 +513,7 @@ fn an_unwritable_audit_log_stops_the_call() {
 fn plugin_inspect_shows_hash_tools_and_reach_before_anything_is_granted() {
     use sha2::Digest;
     let env = Env::new();
-    let kit = env!("WARDEN_TESTKIT_WASM");
+    let kit = warden::runtime::builtin::TESTKIT_WASM;
     let r = env.run(&["plugin", "inspect", kit, "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let doc = r.json();

@@ -121,9 +121,9 @@ fn python_sdk_and_inspector_end_to_end() {
         .env("INSPECTOR_CLI", &cli)
         .env("TASKS_CLIENTS", &tasks)
         // The warden:plugin@0.2.0 fixture (plugins/conformance) for test_rich.py.
-        .env("WARDEN_CONFORMANCE_WASM", env!("WARDEN_CONFORMANCE_WASM"))
+        .env("WARDEN_CONFORMANCE_WASM", warden::runtime::builtin::CONFORMANCE_WASM)
         // The testkit component (its `spin` loops forever) for test_jobs.py.
-        .env("WARDEN_TESTKIT_WASM", env!("WARDEN_TESTKIT_WASM"))
+        .env("WARDEN_TESTKIT_WASM", warden::runtime::builtin::TESTKIT_WASM)
         .env_remove("WARDEN_HTTP_TOKEN")
         .env_remove("WARDEN_STATE_KEY")
         .output()

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
-const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
+const TESTKIT: &str = warden::runtime::builtin::TESTKIT_WASM;
 /// The crates.io CLI the command-component tests run.
 const RIPGREP: &str = "ripgrep@15.2.0";
 

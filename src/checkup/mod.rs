@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::catalog::Catalog;
 use crate::lint::{Finding, Severity};
 use crate::policy::{Policy, Runner, SandboxMode, Tier};
-use crate::runtime::process::landlock::MIN_ENFORCED_ABI;
+use warden_sandbox::landlock::MIN_ENFORCED_ABI;
 
 use self::host::HostReport;
 
@@ -83,7 +83,7 @@ pub fn escapes(cases: &[selftest::Case], file: &str) -> Vec<Finding> {
 /// Why this host gives process calls no namespaces of their own (and so no
 /// mount masks for protected and denied paths), or `None` when it does.
 pub fn namespace_refusal() -> Option<String> {
-    crate::runtime::process::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
+    warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason
 }
 
 /// How a tool with network grants reaches the network on this host.

@@ -20,8 +20,8 @@ use crate::runtime::process::{ProcessRuntime, default_helper};
 use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
 use crate::runtime::{Cancel, RunOutput, Walls, Watch};
 
-/// The hostile component (`plugins/testkit`), built by `build.rs`.
-static HOSTILE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/testkit.wasm"));
+/// The hostile component (`plugins/testkit`), built by warden-runtime's `build.rs`.
+static HOSTILE: &[u8] = crate::runtime::builtin::TESTKIT;
 
 /// One attempt and its outcome.
 #[derive(Debug, Clone, Serialize)]

@@ -21,7 +21,7 @@ pub(crate) const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
 /// The interpreter the probes are written for (Debian package python3).
 pub(crate) const PYTHON: &str = "/usr/bin/python3";
 /// The hostile test component (`plugins/testkit`).
-pub(crate) const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
+pub(crate) const TESTKIT: &str = warden::runtime::builtin::TESTKIT_WASM;
 /// Set in warden's own environment to the secret: no tool may ever see it.
 pub(crate) const CANARY_VAR: &str = "WARDEN_ESCAPE_CANARY";
 /// The longest a single warden run may take before the case is called hung.

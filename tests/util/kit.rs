@@ -1,5 +1,5 @@
 //! The in-process harness over the testkit component (`WARDEN_TESTKIT_WASM`,
-//! built by build.rs): an [`Executor`] on a fresh workspace with its own audit
+//! built by warden-runtime's build.rs): an [`Executor`] on a fresh workspace with its own audit
 //! log, approvals denied, the compiled-component cache shared between tests.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use warden::policy::Context;
 use warden::{CallResponse, Executor, Policy, ToolCall};
 
 /// The testkit component.
-pub(crate) const TESTKIT: &str = env!("WARDEN_TESTKIT_WASM");
+pub(crate) const TESTKIT: &str = warden::runtime::builtin::TESTKIT_WASM;
 
 /// One test's executor over the testkit.
 pub(crate) struct Kit {

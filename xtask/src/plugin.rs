@@ -4,7 +4,7 @@
 //! A scaffolded plugin is always its own cargo workspace (an empty `[workspace]`
 //! table, its own `Cargo.lock` and the builtin plugins' release profile), so it
 //! builds the same inside warden's `plugins/` directory and anywhere else, and
-//! warden's build.rs (which builds only the members of `plugins/Cargo.toml`)
+//! warden-runtime's build.rs (which builds only the members of `plugins/Cargo.toml`)
 //! never builds it. It targets `warden:plugin@0.2.0` (content blocks and
 //! progress): in `plugins/` it uses the shared `plugins/wit-0.2.0`; elsewhere
 //! the WIT is copied into it, so it does not depend on this repository.

@@ -5,14 +5,14 @@
 //! loop (`supervise`: output with byte caps, exit, timeout, cancel) and kills
 //! the whole process group at the end, so no process outlives its call. The
 //! mechanisms are the `warden-sandbox` crate's, re-exported here; the call's
-//! layer is [`crate::runtime::layer`]. docs/security.md, "Process tools".
+//! layer is [`crate::layer`]. docs/security.md, "Process tools".
 
 pub mod cgroup;
 pub mod plan;
 pub mod program;
 pub mod progress;
 mod supervise;
-pub use warden_sandbox::{fdpass, helper, init, landlock, limits, mounts, namespaces, netns, seccomp, spec, tmpfs};
+use warden_sandbox::{helper, landlock, limits, namespaces, netns, spec};
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -112,15 +112,15 @@ pub struct ServerProcess {
 /// A layer and what its changes are judged by.
 #[derive(Debug)]
 pub struct Layered {
-    layer: crate::runtime::layer::Layer,
-    protect: crate::runtime::protect::Protection,
+    layer: crate::layer::Layer,
+    protect: crate::protect::Protection,
 }
 
 impl Layered {
-    /// Applies the layer's changes (see [`crate::runtime::layer::Layer::apply`]).
-    pub fn apply(&mut self, mode: crate::runtime::layer::ApplyMode) -> crate::runtime::layer::Applied {
+    /// Applies the layer's changes (see [`crate::layer::Layer::apply`]).
+    pub fn apply(&mut self, mode: crate::layer::ApplyMode) -> crate::layer::Applied {
         let roots: Vec<PathBuf> = self.layer.roots().iter().map(|r| r.root.clone()).collect();
-        let judge = crate::runtime::persist::Judge::new(&roots, &self.protect);
+        let judge = crate::persist::Judge::new(&roots, &self.protect);
         let applied = self.layer.apply(&judge, mode);
         for (path, why) in applied.refused.iter().take(20) {
             tracing::warn!("refused to apply {}: {why}", path.display());
@@ -187,7 +187,7 @@ impl ServerProcess {
         self.cgroup = None;
         // Its mounts are gone with its processes: what it left is applied.
         if let Some(mut layer) = self.layer.take() {
-            layer.apply(crate::runtime::layer::ApplyMode::Move);
+            layer.apply(crate::layer::ApplyMode::Move);
         }
         self.proxy = None;
         status
@@ -195,8 +195,8 @@ impl ServerProcess {
 
     /// Applies what the server wrote so far (it keeps running): called when a
     /// request ends.
-    pub fn apply_layer(&mut self) -> Option<crate::runtime::layer::Applied> {
-        Some(self.layer.as_mut()?.apply(crate::runtime::layer::ApplyMode::Copy))
+    pub fn apply_layer(&mut self) -> Option<crate::layer::Applied> {
+        Some(self.layer.as_mut()?.apply(crate::layer::ApplyMode::Copy))
     }
 }
 
@@ -435,7 +435,7 @@ impl ProcessRuntime {
         // A terminal is the program's own; a CI log gets the bytes as they come
         // through a pipe, whose tail the result's hints are read from.
         let raw: OutputTap = Arc::new(|stream, bytes: &[u8]| {
-            if matches!(stream, crate::runtime::Stream::Stderr) {
+            if matches!(stream, crate::Stream::Stderr) {
                 use std::io::Write as _;
                 let _ = std::io::stderr().write_all(bytes);
             }
@@ -463,7 +463,7 @@ impl ProcessRuntime {
         })?;
         let Spawned { mut child, pid, mut channel, cgroup, layer, proxy, report_prefix } =
             self.spawn(tool, argv, &exec.cwd, walls, tmp, Launch::Call { progress: pipe.write, inherit })?;
-        let reporter = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
+        let reporter = crate::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let progress_reader = progress::ProgressReader::start(pipe.read, reporter);
         let cap = usize::try_from(limits.max_output).unwrap_or(usize::MAX);
         let supervise::Watched { ended, stdout, stderr, cut_short } = supervise::supervise(
@@ -484,7 +484,7 @@ impl ProcessRuntime {
         // The tree is gone: so are the proxy's connections (its journal keeps them).
         drop(proxy);
         // And its mounts: what it wrote is judged and applied, whatever the end.
-        let applied = layer.map(|mut l| l.apply(crate::runtime::layer::ApplyMode::Move));
+        let applied = layer.map(|mut l| l.apply(crate::layer::ApplyMode::Move));
         let layer_note = applied.as_ref().map(layer_note).unwrap_or_default();
         // Any end of the call says what of its changes warden refused.
         let finish = move || -> Result<RunOutput, CallError> {
@@ -552,14 +552,14 @@ impl ProcessRuntime {
             }
             if exit_code != Some(0) {
                 let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
-                let grants = crate::runtime::hints::Grants {
+                let grants = crate::hints::Grants {
                     tool,
                     dirs: &walls.dirs,
                     links: &walls.links,
                     net: !walls.net.is_empty(),
                     protected: &protected,
                 };
-                let hints = crate::runtime::hints::from_stderr(&grants, &String::from_utf8_lossy(&stderr_tail));
+                let hints = crate::hints::from_stderr(&grants, &String::from_utf8_lossy(&stderr_tail));
                 if !hints.is_empty() {
                     value["hints"] = json!(hints);
                 }
@@ -611,9 +611,9 @@ impl ProcessRuntime {
         let enforce = self.mode == SandboxMode::Enforce;
         // Something to mount over each absent protected path, for the call's duration.
         // Its write grants as layers, applied when it ends.
-        let layer_roots = crate::runtime::layer::roots_of(&walls.dirs, tmp);
+        let layer_roots = crate::layer::roots_of(&walls.dirs, tmp);
         let layer = if ns && !layer_roots.is_empty() {
-            match crate::runtime::layer::Layer::create(&call_id, &layer_roots) {
+            match crate::layer::Layer::create(&call_id, &layer_roots) {
                 Ok(layer) => Some(Layered { layer, protect: walls.protect.clone() }),
                 Err(e) if enforce => {
                     return Err(CallError::new(
@@ -1020,7 +1020,7 @@ fn namespace_name(name: &str) -> Option<&'static str> {
 /// (the program exited non-zero with `EROFS` or `EBUSY` in its stderr), said so
 /// the model can act on it; at most 20 paths.
 /// What a failed call's message adds about its layer: the changes warden refused.
-fn layer_note(applied: &crate::runtime::layer::Applied) -> String {
+fn layer_note(applied: &crate::layer::Applied) -> String {
     if applied.refused.is_empty() {
         return String::new();
     }
@@ -1046,11 +1046,11 @@ fn protected_hint(walls: &Walls, exit_code: Option<i32>, stderr: &[u8]) -> Optio
     }
     // The policy's own first, then the built-in ones; only what is mounted (what
     // does not exist is refused when the call's layer is applied instead).
-    let ro: Vec<&crate::runtime::protect::PathRule> = walls
+    let ro: Vec<&crate::protect::PathRule> = walls
         .protect
         .by_weight()
         .into_iter()
-        .filter(|r| r.deny == crate::runtime::protect::Deny::Write && r.kind != crate::runtime::protect::Kind::Absent)
+        .filter(|r| r.deny == crate::protect::Deny::Write && r.kind != crate::protect::Kind::Absent)
         .collect();
     if ro.is_empty() {
         return exdev.map(str::to_string);

@@ -3,7 +3,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
-use crate::runtime::protect::Protection;
+use crate::protect::Protection;
 
 struct Scene {
     _tmp: tempfile::TempDir,
@@ -98,7 +98,7 @@ fn an_opaque_directory_replaces_the_real_one_and_protected_entries_stay() {
         .unwrap();
     // The workspace's own config may not be removed by a whiteout either.
     whiteout(&s, ".git/config");
-    let protect = Protection::for_call(&crate::runtime::protect::ProtectInput {
+    let protect = Protection::for_call(&crate::protect::ProtectInput {
         tool: "t",
         dirs: &[(s.ws.clone(), true)],
         deny: &[],

@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
-use crate::runtime::capture::HeadTail;
-use crate::runtime::{OutputTap, Stream};
+use crate::capture::HeadTail;
+use crate::{OutputTap, Stream};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};

@@ -33,13 +33,13 @@ use crate::policy::{MAX_COMPONENT_MEMORY, PluginKind, PluginSource, PluginSpec};
 
 /// `warden:plugin@0.1.0`: `call` returns one JSON document.
 mod bindings {
-    wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit" });
+    wasmtime::component::bindgen!({ world: "plugin", path: "../../plugins/wit" });
 }
 
 /// `warden:plugin@0.2.0`: `call` returns MCP content blocks and structured
 /// content, and the guest may report progress ([`rich`]).
 mod bindings_v2 {
-    wasmtime::component::bindgen!({ world: "plugin", path: "plugins/wit-0.2.0" });
+    wasmtime::component::bindgen!({ world: "plugin", path: "../../plugins/wit-0.2.0" });
 }
 
 /// The export that marks a `warden:plugin@0.2.0` component.
@@ -77,14 +77,7 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEP_RESIDENT: usize = 4 << 20;
 /// Most tables elements a call may grow to.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
-/// The builtin `fs` component, built from `plugins/fs` by `build.rs`.
-static BUILTIN_FS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fs.wasm"));
-/// Its sha256, computed by `build.rs` from the same file.
-const BUILTIN_FS_SHA256: &str = env!("WARDEN_BUILTIN_FS_SHA256");
-/// The builtin `net` component (`http_fetch` over wasi:http), built from `plugins/net`.
-static BUILTIN_NET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/net.wasm"));
-/// Its sha256, computed by `build.rs`.
-const BUILTIN_NET_SHA256: &str = env!("WARDEN_BUILTIN_NET_SHA256");
+use crate::builtin::{FS as BUILTIN_FS, FS_SHA256 as BUILTIN_FS_SHA256, NET as BUILTIN_NET, NET_SHA256 as BUILTIN_NET_SHA256};
 
 /// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
 pub struct LoadedPlugin {
@@ -123,7 +116,7 @@ struct HostState {
     net: net::Net,
     http: wasmtime_wasi_http::WasiHttpCtx,
     /// Where the call's progress reports go (0.2.0 components).
-    progress: crate::runtime::progress::Reporter,
+    progress: crate::progress::Reporter,
 }
 
 impl bindings_v2::warden::plugin::host::Host for HostState {
@@ -539,11 +532,11 @@ impl ComponentRuntime {
             limiter: MemoryLimiter { memory, peak: 0, refused: false },
             guard: guard::Guard::new(
                 walls.protect.clone(),
-                crate::runtime::layer::roots_of(&walls.dirs, walls.tmp.as_deref()),
+                crate::layer::roots_of(&walls.dirs, walls.tmp.as_deref()),
             ),
             net,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            progress: crate::runtime::progress::Reporter::default(),
+            progress: crate::progress::Reporter::default(),
         };
         let mut store = Store::new(&self.started()?.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -575,11 +568,11 @@ impl ComponentRuntime {
         tool: &str,
         args: String,
         walls: &Walls,
-        watch: crate::runtime::Watch<'_>,
+        watch: crate::Watch<'_>,
     ) -> Result<RunOutput, CallError> {
-        let crate::runtime::Watch { cancel, tap, progress } = watch;
+        let crate::Watch { cancel, tap, progress } = watch;
         let (mut store, out, err) = self.store(tool, walls, cancel.clone(), &[], tap)?;
-        store.data_mut().progress = crate::runtime::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
+        store.data_mut().progress = crate::progress::Reporter::new(tool, progress.cloned(), tap.cloned());
         let plugin = plugin.clone();
         let tool_name = tool.to_string();
         self.on_call_thread(tool, walls, cancel, move || {
@@ -720,7 +713,7 @@ fn read_component_file(path: &Path) -> Result<Vec<u8>, (ErrorCode, String)> {
 }
 
 /// A granted directory opened without following any symbolic link (its path is
-/// canonical: [`crate::runtime::resolve_grant`] resolved it), and the path
+/// canonical: [`crate::resolve_grant`] resolved it), and the path
 /// through which wasmtime opens that very directory again: `/proc/self/fd/N`
 /// reopens the descriptor's own directory, never a path looked up anew. A link
 /// planted since the check fails the call.

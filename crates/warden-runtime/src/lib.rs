@@ -1,9 +1,22 @@
-//! The runtimes that run a tool inside its sandbox, and the walls they share.
+//! warden's runtimes: what runs a tool inside its sandbox, and the walls they share.
 //!
 //! [`Walls`] is what one call may reach, resolved from the tool's policy entry
 //! (placeholders expanded, the per-call `{tmp}` created). A runtime turns it into
-//! real confinement: wasmtime preopens and socket checks for components.
-//! Nothing here decides whether a call may run; the executor did that already.
+//! real confinement: wasmtime preopens and socket checks for components
+//! ([`wasm`]), the `warden-sandbox` helper for processes ([`process`]), both for
+//! wrapped MCP servers ([`server`]). Nothing here decides whether a call may run
+//! (the host's executor did), and nothing here can reach the host's catalog,
+//! executor, approval, audit, MCP server or CLI: this crate does not depend on them.
+
+#![deny(unsafe_code)]
+
+use warden_egress as egress;
+use warden_policy as policy;
+
+pub mod builtin;
+pub mod error;
+pub mod paths;
+pub mod shape;
 
 pub mod capture;
 pub mod hints;

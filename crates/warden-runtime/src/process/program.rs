@@ -191,7 +191,7 @@ pub fn locate(
     tool: &str,
     program: &str,
     cwd: &Path,
-    walls: &crate::runtime::Walls,
+    walls: &crate::Walls,
 ) -> Result<String, crate::CallError> {
     use crate::{CallError, ErrorCode};
     use std::os::unix::fs::PermissionsExt;

@@ -142,7 +142,7 @@ pub struct ProtectInput<'a> {
     pub expand_globs: bool,
     /// `fs.git_init`.
     pub git_init: bool,
-    /// warden's own files ([`crate::Policy::own_files`]): protected wherever a
+    /// warden's own files ([`crate::policy::Policy::own_files`]): protected wherever a
     /// write grant holds them.
     pub own: &'a [(String, PathBuf)],
 }
@@ -685,13 +685,13 @@ mod tests {
         assert!(!p.is_pinned_ancestor(Path::new("/w/.git/hooks")));
     }
 
-    fn policy(text: &str, ws: &Path) -> Result<crate::Policy, String> {
+    fn policy(text: &str, ws: &Path) -> Result<crate::policy::Policy, String> {
         let ctx = crate::policy::Context {
             workspace: ws.to_path_buf(),
             home: "/nonexistent-home".into(),
             cache: "/nonexistent-cache".into(),
         };
-        crate::Policy::from_text(text, "t.toml", ws, &ctx).map_err(|e| e.to_string())
+        crate::policy::Policy::from_text(text, "t.toml", ws, &ctx).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::error::{CallError, ErrorCode};
-use crate::runtime::Cancel;
-use crate::runtime::process::ServerProcess;
+use crate::Cancel;
+use crate::process::ServerProcess;
 
 /// The largest message a server may send.
 pub const MAX_MESSAGE: usize = 16 << 20;
@@ -155,7 +155,7 @@ impl Connection {
 
     /// Applies what the server wrote so far to the real tree (its layer,
     /// judged); `None` when it has none.
-    pub fn apply_layer(&self) -> Option<crate::runtime::layer::Applied> {
+    pub fn apply_layer(&self) -> Option<crate::layer::Applied> {
         lock(&self.process).apply_layer()
     }
 

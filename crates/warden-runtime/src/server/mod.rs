@@ -84,7 +84,7 @@ struct Live {
     _tmp: Option<CallTmp>,
 }
 
-/// A server's grants as [`crate::runtime::hints`] reads them.
+/// A server's grants as [`crate::hints`] reads them.
 struct HintGrants {
     name: String,
     dirs: Vec<(PathBuf, bool)>,
@@ -106,14 +106,14 @@ impl HintGrants {
 
     /// The hints for what the server said while a call failed.
     fn hints(&self, said: &str) -> Vec<String> {
-        let g = crate::runtime::hints::Grants {
+        let g = crate::hints::Grants {
             tool: &self.name,
             dirs: &self.dirs,
             links: &self.links,
             net: self.net,
             protected: &self.protected,
         };
-        crate::runtime::hints::from_stderr(&g, said)
+        crate::hints::from_stderr(&g, said)
     }
 }
 
@@ -373,7 +373,7 @@ fn start_failure(spec: &ServerSpec, e: CallError, conn: &Connection, program_hin
 
 /// A server process as the spawner thread started it.
 struct Started {
-    process: crate::runtime::process::ServerProcess,
+    process: crate::process::ServerProcess,
     /// The sandbox it runs in.
     sandbox: SandboxReport,
     /// Its `{tmp}`, removed with it.

@@ -22,7 +22,7 @@ use nix::unistd::Pid;
 
 use super::cgroup::CallCgroup;
 use crate::error::{CallError, ErrorCode};
-use crate::runtime::{Cancel, OutputTap, Stream, capture};
+use crate::{Cancel, OutputTap, Stream, capture};
 
 /// How often the loop looks at the cancel switch (and, on a kernel without
 /// pidfds, at the helper).

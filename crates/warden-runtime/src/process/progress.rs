@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::runtime::progress::{ProgressCounts, Reporter, parse_line};
+use crate::progress::{ProgressCounts, Reporter, parse_line};
 pub use warden_sandbox::progress::{PROGRESS_ENV, recv_fd, send_fd};
 
 /// The longest progress line read, in bytes with its newline; longer ones are skipped.
@@ -172,7 +172,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::runtime::{Progress, ProgressSink};
+    use crate::{Progress, ProgressSink};
 
     fn run(input: &[u8], max_bytes: u64) -> (Vec<Progress>, ProgressCounts) {
         let seen = Arc::new(Mutex::new(Vec::new()));

@@ -22,8 +22,8 @@ use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
 use super::HostState;
-use crate::runtime::persist::{self, Change, Kind, Verdict, View};
-use crate::runtime::protect::{Deny, Protection};
+use crate::persist::{self, Change, Kind, Verdict, View};
+use crate::protect::{Deny, Protection};
 
 /// Most symbolic links followed in one path (Linux's own bound).
 const MAX_LINKS: usize = 40;
@@ -144,13 +144,13 @@ impl Guard {
             for e in entries {
                 walked += 1;
                 let e = match e {
-                    Ok(e) if walked <= crate::runtime::protect::MAX_WALK => e,
+                    Ok(e) if walked <= crate::protect::MAX_WALK => e,
                     _ => {
                         let why = format!(
                             "warden cannot tell whether a deny pattern covers a file beneath {} (unreadable, or \
                              more than {} entries)",
                             d.display(),
-                            crate::runtime::protect::MAX_WALK
+                            crate::protect::MAX_WALK
                         );
                         return Err(self.refuse(op, dir, Deny::Write, why, None));
                     }
@@ -824,8 +824,8 @@ mod tests {
     use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
     use super::*;
-    use crate::runtime::protect::{DenyPattern, Kind, PathRule};
-    use crate::runtime::wasm::Wasi;
+    use crate::protect::{DenyPattern, Kind, PathRule};
+    use crate::wasm::Wasi;
 
     /// A workspace like a repository's, with `.git/hooks` and `.git/config`
     /// protected, `**/.env` and `secrets` denied; preopened as a whole and

@@ -1,6 +1,6 @@
 //! Builds the builtin component tools (`plugins/`, its own cargo workspace) for
-//! wasm32-wasip2 and places them in `OUT_DIR`, so the `warden` binary embeds the
-//! `fs` plugin and `cargo install --path .` gives a self-contained program.
+//! wasm32-wasip2 and places them in `OUT_DIR`, so the runtime embeds the `fs` and
+//! `net` components and `cargo install` gives a self-contained program.
 //!
 //! The wasm32-wasip2 target is added with rustup when it is missing (rustup does
 //! not add targets from `rust-toolchain.toml` to an installed toolchain).
@@ -16,7 +16,10 @@ const TARGET: &str = "wasm32-wasip2";
 const PLUGINS: &[&str] = &["conformance", "fs", "net", "testkit"];
 
 fn main() {
-    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    // The workspace root (this crate is crates/warden-runtime), canonical so that
+    // the path remapped out of the components is the same on every checkout.
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let root = manifest.join("../..").canonicalize().expect("the workspace root of crates/warden-runtime exists");
     let plugins = root.join("plugins");
     for p in [
         "wit",
@@ -32,7 +35,7 @@ fn main() {
         "Cargo.toml",
         "Cargo.lock",
     ] {
-        println!("cargo:rerun-if-changed=plugins/{p}");
+        println!("cargo:rerun-if-changed=../../plugins/{p}");
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     // Components already built (by a normal build) for another toolchain's build
