@@ -52,8 +52,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
         own_files: own,
         hard_links: Some(crate::checkup::links::hard_links),
         tool_names,
-        no_net_namespace: warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root())
-            .reason,
+        no_net_namespace: warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason,
     };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
-use warden_sandbox::spec::{CgroupJoin, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
-use crate::policy::SandboxMode;
 use crate::Walls;
 use crate::layer::LayerRoot;
+use crate::policy::SandboxMode;
+use warden_sandbox::spec::{CgroupJoin, NsPlan, RlimitSpec, SandboxSpec, TmpQuota};
 
 /// What the host is, as the runtime found it.
 #[derive(Debug, Clone, Copy)]
@@ -252,7 +252,8 @@ mod tests {
     }
 
     fn golden(case: &str, spec: &SandboxSpec) {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/plan").join(format!("{case}.json"));
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/plan").join(format!("{case}.json"));
         let got = serde_json::to_string_pretty(spec).unwrap_or_default() + "\n";
         if std::env::var_os("WARDEN_BLESS").is_some() {
             std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).unwrap_or_default();

@@ -187,12 +187,7 @@ pub fn path_swap(path: &str, granted: &[PathBuf], owner: &str) -> Option<String>
 /// (or a link or interpreter on its way) lies outside the tool's grants, the
 /// call is refused naming it, never run with another program further down
 /// `PATH` (a toolchain swapped in silently).
-pub fn locate(
-    tool: &str,
-    program: &str,
-    cwd: &Path,
-    walls: &crate::Walls,
-) -> Result<String, crate::CallError> {
+pub fn locate(tool: &str, program: &str, cwd: &Path, walls: &crate::Walls) -> Result<String, crate::CallError> {
     use crate::{CallError, ErrorCode};
     use std::os::unix::fs::PermissionsExt;
     let granted: Vec<PathBuf> = walls.dirs.iter().map(|(d, _)| d.clone()).collect();

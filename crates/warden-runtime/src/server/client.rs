@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::error::{CallError, ErrorCode};
 use crate::Cancel;
+use crate::error::{CallError, ErrorCode};
 use crate::process::ServerProcess;
 
 /// The largest message a server may send.

@@ -77,7 +77,9 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEP_RESIDENT: usize = 4 << 20;
 /// Most tables elements a call may grow to.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
-use crate::builtin::{FS as BUILTIN_FS, FS_SHA256 as BUILTIN_FS_SHA256, NET as BUILTIN_NET, NET_SHA256 as BUILTIN_NET_SHA256};
+use crate::builtin::{
+    FS as BUILTIN_FS, FS_SHA256 as BUILTIN_FS_SHA256, NET as BUILTIN_NET, NET_SHA256 as BUILTIN_NET_SHA256,
+};
 
 /// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
 pub struct LoadedPlugin {
@@ -530,10 +532,7 @@ impl ComponentRuntime {
         let state = HostState {
             wasi: Wasi { ctx: b.build(), table: ResourceTable::new() },
             limiter: MemoryLimiter { memory, peak: 0, refused: false },
-            guard: guard::Guard::new(
-                walls.protect.clone(),
-                crate::layer::roots_of(&walls.dirs, walls.tmp.as_deref()),
-            ),
+            guard: guard::Guard::new(walls.protect.clone(), crate::layer::roots_of(&walls.dirs, walls.tmp.as_deref())),
             net,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             progress: crate::progress::Reporter::default(),

@@ -26,7 +26,7 @@ use rmcp::service::ServerInitializeError;
 
 use self::approval::Sealer;
 use self::server::{Shared, WardenServer};
-use crate::executor::Executor;
+use warden_core::executor::Executor;
 
 /// The default time a client's user has to answer an approval question.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -65,7 +65,7 @@ fn state_key() -> Result<Vec<u8>, String> {
 pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     // A server writes many records: they overwrite blank fill, so each
     // fdatasync commits data only (cut off again when the log is closed).
-    executor.audit_log().grow_in_chunks(crate::audit::GROWTH_CHUNK);
+    executor.audit_log().grow_in_chunks(warden_core::audit::GROWTH_CHUNK);
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
     let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
     // One stdio client needs no worker pool: every hop of a frame (the gate,

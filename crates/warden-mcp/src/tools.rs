@@ -12,10 +12,10 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-use crate::catalog::{Catalog, Entry};
-use crate::executor::{CallResponse, Status};
-use crate::policy::Tier;
-use crate::policy::units::format_duration;
+use warden_core::catalog::{Catalog, Entry};
+use warden_core::executor::{CallResponse, Status};
+use warden_policy::Tier;
+use warden_policy::units::format_duration;
 
 /// The MCP tool list of `catalog`: visible, ready tools sorted by name.
 pub fn list(catalog: &Catalog) -> Vec<Tool> {

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant, SystemTime};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-use crate::error::{CallError, ErrorCode};
-use crate::executor::{CallHooks, CallResponse, Ready, Status};
-use crate::runtime::capture::HeadTail;
-use crate::runtime::{Cancel, OutputTap, Progress, ProgressSink};
+use warden_core::executor::{CallHooks, CallResponse, Ready, Status};
+use warden_runtime::capture::HeadTail;
+use warden_runtime::error::{CallError, ErrorCode};
+use warden_runtime::{Cancel, OutputTap, Progress, ProgressSink};
 
 /// How long an ended job is kept for `job_status` and `job_output`.
 pub const FINISHED_TTL: Duration = Duration::from_secs(600);
@@ -208,7 +208,7 @@ fn not_found(id: &str) -> CallError {
         ErrorCode::NotFound,
         format!(
             "no job {shown:?}: it never existed, was started by another connection, or was forgotten {} after it ended",
-            crate::policy::units::format_duration(FINISHED_TTL)
+            warden_policy::units::format_duration(FINISHED_TTL)
         ),
     )
 }
@@ -413,7 +413,7 @@ impl Jobs {
             "total": out.total(),
             "eof": done && next >= out.total(),
             // What reaches the model is cleaned like every result: no escapes, no invisible text.
-            "output": crate::shape::sanitize_str(&String::from_utf8_lossy(&bytes)),
+            "output": warden_runtime::shape::sanitize_str(&String::from_utf8_lossy(&bytes)),
         }))
     }
 
@@ -526,7 +526,7 @@ pub fn tools() -> Vec<Tool> {
 
 /// Answers a call of job tool `name` for `owner`; `None` when `name` is not one.
 pub fn call(jobs: &Jobs, owner: &str, name: &str, args: &JsonObject) -> Option<CallToolResult> {
-    if !crate::policy::JOB_TOOLS.contains(&name) {
+    if !warden_policy::JOB_TOOLS.contains(&name) {
         return None;
     }
     let job = args.get("job").and_then(Value::as_str);
@@ -579,8 +579,8 @@ mod tests {
     use std::time::Instant;
 
     use super::{Job, Jobs, Output};
-    use crate::error::ErrorCode;
-    use crate::runtime::Cancel;
+    use warden_runtime::Cancel;
+    use warden_runtime::error::ErrorCode;
 
     fn with_job(owner: &str) -> Arc<Jobs> {
         let jobs = Arc::new(Jobs::new(1));

@@ -29,9 +29,9 @@ use super::jobs::{self, Jobs};
 use super::legacy_tasks::Legacy;
 use super::logging::{Logger, SessionLevel};
 use super::{tasks, tools};
-use crate::approval::{Request, Verdict};
-use crate::executor::{Begun, CallHooks, CallResponse, Executor, ToolCall};
-use crate::runtime::{Cancel, Progress, ProgressSink};
+use warden_core::approval::{Request, Verdict};
+use warden_core::executor::{Begun, CallHooks, CallResponse, Executor, ToolCall};
+use warden_runtime::{Cancel, Progress, ProgressSink};
 
 /// The most calls one server runs at once; more wait for a slot.
 pub const MAX_CONCURRENT_CALLS: usize = 16;
@@ -56,7 +56,7 @@ pub struct Shared {
 
 impl Shared {
     /// The audit log the calls are recorded in.
-    pub fn audit_log(&self) -> &crate::audit::AuditLog {
+    pub fn audit_log(&self) -> &warden_core::audit::AuditLog {
         self.executor.audit_log()
     }
 
@@ -328,7 +328,7 @@ impl ServerHandler for WardenServer {
         }
         // warden's own job tools (no policy tool may share their names).
         if let Some(jobs) = shared.jobs.clone()
-            && crate::policy::JOB_TOOLS.contains(&name.as_str())
+            && warden_policy::JOB_TOOLS.contains(&name.as_str())
         {
             let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
             let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
@@ -454,7 +454,7 @@ impl ServerHandler for WardenServer {
             match started {
                 Ok(handle) => Outcome::Job(handle),
                 Err(e) => Outcome::Response(CallResponse {
-                    status: crate::executor::Status::Error,
+                    status: warden_core::executor::Status::Error,
                     tool: request_name,
                     call_id: String::new(),
                     result: None,
@@ -518,7 +518,7 @@ impl ServerHandler for WardenServer {
         logger.refusal(&response).await;
 
         if let Some(s) = stateless
-            && response.error.as_ref().is_some_and(|e| e.code == crate::ErrorCode::ApprovalRequired)
+            && response.error.as_ref().is_some_and(|e| e.code == warden_runtime::error::ErrorCode::ApprovalRequired)
             && let Some(input) = s.input_required.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
         {
             return Ok(input.into());

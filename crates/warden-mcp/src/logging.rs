@@ -15,7 +15,7 @@ use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
 
-use crate::executor::{CallResponse, Status};
+use warden_core::executor::{CallResponse, Status};
 
 /// Severity order of MCP levels (`debug` lowest).
 pub fn rank(level: LoggingLevel) -> u8 {
@@ -72,7 +72,10 @@ impl Logger {
     pub async fn refusal(&self, response: &CallResponse) {
         let Some(e) = &response.error else { return };
         let refused = response.status == Status::Rejected
-            || matches!(e.code, crate::ErrorCode::Denied | crate::ErrorCode::ApprovalRequired);
+            || matches!(
+                e.code,
+                warden_runtime::error::ErrorCode::Denied | warden_runtime::error::ErrorCode::ApprovalRequired
+            );
         if refused {
             let data = json!({
                 "tool": response.tool,

@@ -19,8 +19,8 @@ use rmcp::service::{Peer, ServiceError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::approval::{self, ApprovedBy, GRANT_TTL, Request, Verdict};
-use crate::policy::Tier;
+use warden_core::approval::{self, ApprovedBy, GRANT_TTL, Request, Verdict};
+use warden_policy::Tier;
 
 /// The key of warden's question in `inputRequests` / `inputResponses`.
 pub const INPUT_KEY: &str = "warden-approval";
@@ -135,7 +135,7 @@ pub fn question(req: &Request<'_>, always: bool) -> ElicitRequestParams {
         approval::arguments_text(req.args)
     );
     if !req.preview.is_empty() {
-        let preview = crate::shape::sanitize_str(&req.preview);
+        let preview = warden_runtime::shape::sanitize_str(&req.preview);
         let count = preview.chars().count();
         let preview: String = if count > MAX_PREVIEW_CHARS {
             let head: String = preview.chars().take(MAX_PREVIEW_CHARS).collect();
@@ -245,7 +245,10 @@ impl Live {
             ),
             Some(Err(e)) => cannot_ask(
                 req,
-                &format!("the MCP client could not ask its user ({})", crate::shape::sanitize_str(&e.to_string())),
+                &format!(
+                    "the MCP client could not ask its user ({})",
+                    warden_runtime::shape::sanitize_str(&e.to_string())
+                ),
             ),
         }
     }

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::jobs::{Jobs, TaskView};
 use super::tools;
-use crate::error::CallError;
-use crate::executor::Status;
+use warden_core::executor::Status;
+use warden_runtime::error::CallError;
 
 /// How often clients are told to poll a task.
 pub const POLL_INTERVAL_MS: u64 = 1000;
@@ -70,7 +70,7 @@ pub fn detailed(v: &TaskView) -> DetailedTask {
     DetailedTask::new(modern_task(v), payload)
 }
 
-fn result_object(r: &crate::executor::CallResponse) -> JsonObject {
+fn result_object(r: &warden_core::executor::CallResponse) -> JsonObject {
     match serde_json::to_value(tools::result(r)) {
         Ok(Value::Object(o)) => o,
         _ => JsonObject::new(),

@@ -51,7 +51,8 @@ fn error(id: Value, code: i64, message: String) -> Value {
 }
 
 /// Whether `line` passes the gate; otherwise the error frame it is answered with (for the fuzzer).
-pub(crate) fn check_line(line: &[u8]) -> Result<(), Value> {
+#[doc(hidden)]
+pub fn check_line(line: &[u8]) -> Result<(), Value> {
     match classify(line) {
         Line::Frame | Line::Blank => Ok(()),
         Line::Refused(answer) => Err(answer),
