@@ -322,15 +322,10 @@ mod protected_paths {
 
     impl Fs {
         fn call(&self, tool: &str, args: Value) -> Result<Value, CallError> {
-            self.rt
-                .call(
-                    &self.fs,
-                    tool,
-                    args.to_string(),
-                    &self.walls,
-                    warden::runtime::Watch { cancel: &Cancel::new(), tap: None, progress: None },
-                )
-                .map(|o| o.value)
+            use warden::runtime::{Input, Invocation, Runtime, Watch};
+            let watch = Watch { cancel: &Cancel::new(), tap: None, progress: None };
+            let call = Invocation { tool, input: Input::Args(&args), walls: &self.walls, tmp: None, watch };
+            self.rt.run(&self.fs, call).map(|o| o.value)
         }
 
         /// The call fails with PERMISSION_DENIED, naming `path` and `key`.

@@ -18,7 +18,7 @@ use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, Limits, PluginSource, PluginSpec, SYSTEM_READ, SYSTEM_WRITE, SandboxMode};
 use crate::runtime::process::{ProcessRuntime, default_helper};
 use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
-use crate::runtime::{Cancel, RunOutput, Walls, Watch};
+use crate::runtime::{Cancel, Input, Invocation, RunOutput, Runtime, Walls, Watch};
 
 /// The hostile component (`plugins/testkit`), built by warden-runtime's `build.rs`.
 static HOSTILE: &[u8] = crate::runtime::builtin::TESTKIT;
@@ -200,14 +200,10 @@ fn process_cases(scene: &Scene, mode: SandboxMode, target: &str) -> Result<Vec<C
         let exec = ExecSpec { argv: full, params: Vec::new(), cwd: scene.ws.clone(), input_schema: None };
         let mut walls = scene.walls(&read, timeout);
         walls.dirs.extend(SYSTEM_WRITE.iter().map(PathBuf::from).filter(|p| p.exists()).map(|p| (p, true)));
-        let out = runtime.call(
-            "self-test",
-            &exec,
-            &json!({}),
-            &walls,
-            None,
-            Watch { cancel: &Cancel::new(), tap: None, progress: None },
-        );
+        let watch = Watch { cancel: &Cancel::new(), tap: None, progress: None };
+        let args = json!({});
+        let out = runtime
+            .run(&exec, Invocation { tool: "self-test", input: Input::Args(&args), walls: &walls, tmp: None, watch });
         let layers = layers(&out);
         let (observed, contained) = match (&out, name) {
             (Err(e), "timeout with a daemonised descendant") => {
@@ -282,13 +278,8 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
         // Only the timeout case needs a short limit; the others get time to reach theirs.
         let limit = if name == "timeout" { Duration::from_secs(1) } else { Duration::from_secs(10) };
         let walls = scene.walls(&[], limit);
-        let out = runtime.call(
-            &plugin,
-            tool,
-            args.to_string(),
-            &walls,
-            Watch { cancel: &Cancel::new(), tap: None, progress: None },
-        );
+        let watch = Watch { cancel: &Cancel::new(), tap: None, progress: None };
+        let out = runtime.run(&plugin, Invocation { tool, input: Input::Args(&args), walls: &walls, tmp: None, watch });
         let (observed, contained) = match (&out, name) {
             (Ok(o), "output flood") => {
                 (format!("produced {} bytes, truncated {}", o.usage.output_bytes, o.usage.truncated), o.usage.truncated)

@@ -34,7 +34,7 @@ use crate::policy::{CommandSpec, GrantPath, PluginSource, Policy, Runner, Tier};
 use crate::runtime::process::ProcessRuntime;
 use crate::runtime::server::ServerPool;
 use crate::runtime::wasm::ComponentRuntime;
-use crate::runtime::{Cancel, RunOutput, SandboxReport, Walls};
+use crate::runtime::{Cancel, Input, Invocation, RunOutput, Runtime, SandboxReport, Walls};
 use crate::shape;
 
 /// The largest arguments object accepted, as JSON bytes.
@@ -701,38 +701,18 @@ impl Executor {
             return Ok(self.shape(spec, value, usage, blocks, trace));
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable, &self.policy.own_files)?;
+        let input = match hooks.run.as_deref() {
+            Some(argv) => Input::Argv(argv.to_vec()),
+            None => Input::Args(&call.args),
+        };
+        let tmp_path = tmp.as_ref().map(|t| t.path.as_path());
+        let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
         let run = match (&spec.runner, &ready.plugin) {
-            (Runner::Process(exec), _) if hooks.run.is_some() => {
-                trace.sandbox = Some(self.processes.report(&walls));
-                let argv = hooks.run.as_deref().unwrap_or_default();
-                self.processes.run_command(
-                    name,
-                    argv,
-                    exec,
-                    &walls,
-                    tmp.as_ref().map(|t| t.path.as_path()),
-                    &hooks.cancel,
-                )
-            }
-            (Runner::Process(exec), _) => {
-                trace.sandbox = Some(self.processes.report(&walls));
-                self.processes.call(
-                    name,
-                    exec,
-                    &call.args,
-                    &walls,
-                    tmp.as_ref().map(|t| t.path.as_path()),
-                    hooks.watch(),
-                )
-            }
-            (Runner::Plugin(_), Some(plugin)) => {
-                trace.sandbox = Some(ComponentRuntime::report(&walls));
-                self.runtime.call(plugin, name, call.args.to_string(), &walls, hooks.watch())
-            }
+            (Runner::Process(exec), _) => run_in(&self.processes, exec, invocation, trace),
+            (Runner::Plugin(_), Some(plugin)) => run_in(&self.runtime, plugin, invocation, trace),
             (Runner::Command(command), Some(plugin)) => {
-                trace.sandbox = Some(ComponentRuntime::report(&walls));
                 let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
-                self.runtime.run_command(plugin, name, argv, &walls, &hooks.cancel, hooks.tap.as_ref())
+                run_in(&self.runtime, plugin, Invocation { input: Input::Argv(argv), ..invocation }, trace)
             }
             (Runner::Plugin(p), None) | (Runner::Command(CommandSpec { plugin: p, .. }), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
@@ -838,6 +818,18 @@ impl Executor {
         }
         Ok(())
     }
+}
+
+/// Runs `target` in `runtime` as `call` describes; the record's `sandbox` is
+/// what the runtime enforces for the call's walls until the run confirms it.
+fn run_in<R: Runtime + ?Sized>(
+    runtime: &R,
+    target: &R::Target,
+    call: Invocation<'_>,
+    trace: &mut Trace,
+) -> Result<RunOutput, CallError> {
+    trace.sandbox = Some(runtime.report(call.walls));
+    runtime.run(target, call)
 }
 
 /// The argv of a command component's call: the plugin's name, then each `args`

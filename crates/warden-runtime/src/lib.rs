@@ -105,6 +105,44 @@ pub struct Watch<'a> {
     pub progress: Option<&'a ProgressSink>,
 }
 
+/// What one call asks of a runtime: the tool, its input, its walls, and what
+/// watches it. The executor builds one per call after every check has passed.
+pub struct Invocation<'a> {
+    /// The tool's name (every error names it).
+    pub tool: &'a str,
+    /// What the call runs with.
+    pub input: Input<'a>,
+    /// What the call may reach.
+    pub walls: &'a Walls,
+    /// The call's own `{tmp}`, when its walls have one.
+    pub tmp: Option<&'a Path>,
+    /// Its cancel switch, output tap and progress sink.
+    pub watch: Watch<'a>,
+}
+
+/// A call's input.
+pub enum Input<'a> {
+    /// The tool's arguments, validated against its schema: a process tool fills
+    /// its `exec` template with them, a component gets them as JSON.
+    Args(&'a serde_json::Value),
+    /// A command line: a command component's argv (output captured), or, for a
+    /// process tool, `warden run`'s own command (warden's stdio).
+    Argv(Vec<String>),
+}
+
+/// A runtime that confines each call by the call's walls: components
+/// ([`wasm::ComponentRuntime`]) and process tools ([`process::ProcessRuntime`]).
+/// A wrapped MCP server is not one: it is confined once, when it starts, by
+/// its own walls, and a call is a request to it ([`server::Servers::call`]).
+pub trait Runtime {
+    /// What the policy names to run: a program (`exec`) or a loaded component.
+    type Target: ?Sized;
+    /// What this runtime enforces for `walls` (the record's `sandbox`, before the run confirms it).
+    fn report(&self, walls: &Walls) -> SandboxReport;
+    /// Runs `target` as `call` describes, inside `call.walls`.
+    fn run(&self, target: &Self::Target, call: Invocation<'_>) -> Result<RunOutput, CallError>;
+}
+
 /// A tool as its owner describes it: a plugin's `describe()`, or an MCP
 /// server's `tools/list` (what `warden.lock` pins and the catalog judges).
 #[derive(Debug, Clone)]

@@ -290,6 +290,22 @@ fn check_toolchain(tool: &str, program: Option<&str>, walls: &Walls) -> Result<(
     Ok(())
 }
 
+impl crate::Runtime for ProcessRuntime {
+    type Target = ExecSpec;
+
+    fn report(&self, walls: &Walls) -> SandboxReport {
+        self.sandbox_report(walls)
+    }
+
+    fn run(&self, exec: &ExecSpec, call: crate::Invocation<'_>) -> Result<RunOutput, CallError> {
+        let crate::Invocation { tool, input, walls, tmp, watch } = call;
+        match input {
+            crate::Input::Args(args) => self.call(tool, exec, args, walls, tmp, watch),
+            crate::Input::Argv(argv) => self.run_command(tool, &argv, exec, walls, tmp, watch.cancel),
+        }
+    }
+}
+
 impl ProcessRuntime {
     /// A runtime spawning `helper` (the `warden` binary) under `mode`.
     pub fn new(helper: Option<PathBuf>, mode: SandboxMode) -> ProcessRuntime {
@@ -402,7 +418,7 @@ impl ProcessRuntime {
     /// kills the whole process tree when switched on; `tap` sees its output
     /// as it arrives; the program's own progress reports on
     /// `WARDEN_PROGRESS_FD` ([`progress`]) go to `progress` (or as lines to `tap`).
-    pub fn call(
+    fn call(
         &self,
         tool: &str,
         exec: &ExecSpec,
@@ -418,7 +434,7 @@ impl ProcessRuntime {
     /// `warden run`: `argv` (any command line, its program found on the
     /// tool's `PATH` when not a path) under the walls of the tool `exec`
     /// belongs to, with warden's own stdin, stdout and stderr.
-    pub fn run_command(
+    fn run_command(
         &self,
         tool: &str,
         argv: &[String],
@@ -810,7 +826,7 @@ impl ProcessRuntime {
 
     /// The sandbox as the helper's `report` confirmed it.
     fn confirmed(&self, walls: &Walls, report: &HelperReport, memory_cgroup: bool) -> SandboxReport {
-        let mut confirmed = self.report(walls);
+        let mut confirmed = self.sandbox_report(walls);
         confirmed.memory = Some(memory_bound(memory_cgroup));
         confirmed.ipc = Some(ipc_kind(report.ipc_namespace, walls.sysv_ipc));
         confirmed.landlock_abi = Some(report.landlock_abi);
@@ -843,7 +859,7 @@ impl ProcessRuntime {
     }
 
     /// What the process runtime enforces for these walls (before the helper confirms it).
-    pub fn report(&self, walls: &Walls) -> SandboxReport {
+    fn sandbox_report(&self, walls: &Walls) -> SandboxReport {
         let enforce = self.mode == SandboxMode::Enforce;
         let ns = self.namespaces_now();
         let mut namespaces = Vec::new();

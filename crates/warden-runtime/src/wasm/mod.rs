@@ -286,6 +286,22 @@ impl std::fmt::Debug for ComponentRuntime {
     }
 }
 
+impl crate::Runtime for ComponentRuntime {
+    type Target = Arc<LoadedPlugin>;
+
+    fn report(&self, walls: &Walls) -> SandboxReport {
+        Self::sandbox_report(walls)
+    }
+
+    fn run(&self, plugin: &Arc<LoadedPlugin>, call: crate::Invocation<'_>) -> Result<RunOutput, CallError> {
+        let crate::Invocation { tool, input, walls, tmp: _, watch } = call;
+        match input {
+            crate::Input::Args(args) => self.call(plugin, tool, args.to_string(), walls, watch),
+            crate::Input::Argv(argv) => self.run_command(plugin, tool, argv, walls, watch.cancel, watch.tap),
+        }
+    }
+}
+
 impl ComponentRuntime {
     /// A runtime whose compiled components are cached in `cache_dir` (`None`: no cache).
     /// A runtime whose engine starts on first use ([`ComponentRuntime::started`]).
@@ -561,7 +577,7 @@ impl ComponentRuntime {
     /// The call runs on its own thread; if it has not finished by the timeout plus
     /// a grace period (for example blocked in a host call), it is abandoned with
     /// `TIMEOUT` and its epoch deadline ends it when it next runs guest code.
-    pub fn call(
+    fn call(
         &self,
         plugin: &Arc<LoadedPlugin>,
         tool: &str,
@@ -584,7 +600,7 @@ impl ComponentRuntime {
     /// Runs the command component `plugin` as tool `tool` with `argv` (the program
     /// name first) inside `walls`: no stdin, stdout and stderr captured, the exit
     /// code reported, like a process tool.
-    pub fn run_command(
+    fn run_command(
         &self,
         plugin: &Arc<LoadedPlugin>,
         tool: &str,
@@ -657,7 +673,7 @@ impl ComponentRuntime {
     }
 
     /// What the component runtime enforces for these walls.
-    pub fn report(walls: &Walls) -> SandboxReport {
+    fn sandbox_report(walls: &Walls) -> SandboxReport {
         SandboxReport {
             runtime: "component",
             landlock_abi: None,
