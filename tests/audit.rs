@@ -125,12 +125,9 @@ fn audit(env: &Env, policy: &str, args: &[&str]) -> util::Run {
     let mut a = vec!["--policy", path.as_str(), "audit", "--no-self-test"];
     a.extend(args);
     // WL103 is about hosts without network namespaces: be one.
-    let out = env.command(&a).env("WARDEN_NAMESPACES", "off").output().unwrap();
-    util::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut c = env.command(&a);
+    c.env("WARDEN_NAMESPACES", "off");
+    util::run_for(c, None, util::LONGEST_RUN, &|_| {})
 }
 
 fn found(run: &util::Run) -> Vec<(String, usize)> {

@@ -210,7 +210,7 @@ fn a_cancelled_component_stops_before_its_timeout() {
     canceller.join().unwrap();
     assert_eq!(code(&r), "CANCELLED", "{r:?}");
     assert_eq!(r.status, Status::Cancelled);
-    let log = std::fs::read_to_string(k.dir.path().join("audit.jsonl")).unwrap();
+    let log = std::fs::read_to_string(&k.log).unwrap();
     let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
     assert_eq!(last["status"], "cancelled");
     still_serves(&k);

@@ -1009,12 +1009,9 @@ fn deny_write_and_deny_read_hold_by_mounts_in_the_calls_namespace() {
 
 /// `warden ARGS` with `WARDEN_NAMESPACES=off`.
 fn without_namespaces(env: &Env, args: &[&str]) -> Run {
-    let out = env.command(args).env("WARDEN_NAMESPACES", "off").output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut c = env.command(args);
+    c.env("WARDEN_NAMESPACES", "off");
+    util::run_for(c, None, util::LONGEST_RUN, &|_| {})
 }
 
 /// With `WARDEN_NAMESPACES=off` a call with protected paths is refused in

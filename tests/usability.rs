@@ -581,12 +581,7 @@ fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
         if let Some(home) = std::env::var_os("HOME") {
             c.env("HOME", home);
         }
-        let out = c.output().unwrap();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        util::run_for(c, None, util::LONGEST_RUN, &|_| {})
     };
     let shape = Shape { read: &[], env: &[], limits: "policies/ci.toml as shipped" };
     let r = run("python3 -m unittest -q test_unit 2>&1");
@@ -603,8 +598,9 @@ fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
     // The `test` tool: a runner's own command line at once, a shell line asks (and nobody answers).
     let call = |command: &str| {
         let args = json!({ "command": command }).to_string();
-        let out = env.command(&["--policy", policy.to_str().unwrap(), "call", "test", &args]).output().unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+        let c = env.command(&["--policy", policy.to_str().unwrap(), "call", "test", &args]);
+        let r = util::run_for(c, None, util::LONGEST_RUN, &|_| {});
+        (r.code, r.stdout)
     };
     let (code, out) = call("python3 -m unittest -q test_unit");
     assert!(code == 0 && out.contains("\"exit_code\":1"), "the runner ran at once: {out}");

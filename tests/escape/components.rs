@@ -6,7 +6,8 @@ use std::net::TcpListener;
 
 use serde_json::{Value, json};
 
-use crate::scene::{Kit, brief, code, kit_header, text};
+use crate::scene::kit_header;
+use crate::util::kit::{Kit, brief, code, text};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "components";

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
 
-use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool, brief, code, mode, set_mode, text};
+use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool, mode, set_mode};
+use crate::util::kit::{brief, code, text};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "filesystem";
@@ -41,7 +42,7 @@ pub(crate) fn refusals(text: &str) -> usize {
 }
 
 /// A process attempt refused (at least `n` times: [`REFUSALS`]), the secret never shown.
-fn refused(s: &Scene, r: &crate::scene::Run, n: usize) -> Observed {
+fn refused(s: &Scene, r: &crate::util::Run, n: usize) -> Observed {
     let denials = refusals(&r.err());
     Observed::new(r.success() && denials >= n && !s.leaks(&r.all()), r.brief())
 }
@@ -52,11 +53,11 @@ fn failed(s: &Scene, r: &warden::CallResponse, want: Option<&str>) -> Observed {
     Observed::new(ok, brief(r))
 }
 
-fn read_kit(s: &Scene, id: &str) -> crate::scene::Kit {
+fn read_kit(s: &Scene, id: &str) -> crate::util::kit::Kit {
     s.kit(id, "[tools.read]\nplugin = \"kit\"\nfs.read = [\"{workspace}\"]\n")
 }
 
-fn read_file_kit(s: &Scene, id: &str) -> crate::scene::Kit {
+fn read_file_kit(s: &Scene, id: &str) -> crate::util::kit::Kit {
     s.kit(id, "[tools.read_file]\nplugin = \"fs\"\nfs.read = [\"{workspace}\"]\n")
 }
 
@@ -713,12 +714,12 @@ pub(crate) fn cases() -> Vec<Case> {
                         .arg(&policy)
                         .args(["call", tool, &json!({ "command": command }).to_string()])
                         .env("HOME", &link)
-                        .env("WARDEN_CACHE_DIR", crate::scene::cache_dir())
+                        .env("WARDEN_CACHE_DIR", crate::util::cache_dir())
                         .env_remove("XDG_CACHE_HOME")
                         .stdin(std::process::Stdio::null())
                         .stdout(std::process::Stdio::piped())
                         .stderr(std::process::Stdio::piped());
-                    crate::scene::run_bounded(c, None)
+                    crate::util::run_bounded(c, None)
                 };
                 let sub = link.join("data/sub");
                 let planted = call(
@@ -1032,7 +1033,7 @@ fn proc_warden(s: &Scene, what: &str) -> Observed {
         format!(
             "{}; {}",
             if pid_ns { "the call has a pid namespace" } else { "the call has no pid namespace" },
-            if lines.is_empty() { r.brief() } else { crate::scene::clip(&lines.join(", "), 400) }
+            if lines.is_empty() { r.brief() } else { crate::util::clip(&lines.join(", "), 400) }
         ),
     )
 }
@@ -1276,7 +1277,7 @@ fn host_shm_proc(s: &Scene) -> Observed {
         format!(
             "{}; the host's init: {}; the tool's file on the host's /dev/shm: {reached}",
             out.lines().collect::<Vec<_>>().join(", "),
-            crate::scene::clip(host_cmdline.trim(), 60)
+            crate::util::clip(host_cmdline.trim(), 60)
         ),
     )
 }

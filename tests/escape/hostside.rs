@@ -22,7 +22,7 @@ use warden::ToolCall;
 use warden::approval::Verdict;
 use warden::executor::CallHooks;
 
-use crate::scene::Kit;
+use crate::util::kit::Kit;
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "hostside";

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::scene::{WARDEN, cache_dir};
+use crate::scene::WARDEN;
+use crate::util::cache_dir;
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "warden";

@@ -22,15 +22,14 @@ mod components;
 mod filesystem;
 mod hostside;
 mod itself;
-#[allow(dead_code)]
-#[path = "../util/mcp_stdio.rs"]
-mod mcp_stdio;
 mod network;
 mod persistence;
 mod policy;
 mod privilege;
 mod resources;
 mod scene;
+#[path = "../util/mod.rs"]
+mod util;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

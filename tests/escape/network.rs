@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::scene::{PYTHON, Run, SHELL, Tool, brief, clip, code};
+use crate::scene::{PYTHON, SHELL, Tool};
+use crate::util::kit::{brief, code};
+use crate::util::{Run, clip};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "network";

@@ -24,7 +24,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::scene::{CANARY_VAR, PYTHON, Run, WARDEN, brief, cache_dir, clip, run_bounded, set_mode, text};
+use crate::scene::{CANARY_VAR, PYTHON, WARDEN, set_mode};
+use crate::util::kit::{brief, text};
+use crate::util::{Run, cache_dir, clip, run_bounded};
 use crate::{Case, Observed, Scene};
 
 mod construction;
@@ -426,7 +428,7 @@ fn ordinary_written(ws: &Path, name: &str, r: &Run) -> Result<(), String> {
     if std::fs::read_to_string(ws.join(name)).is_ok_and(|t| t.trim() == "ordinary") {
         Ok(())
     } else {
-        Err(crate::scene::clip(&r.brief(), 120))
+        Err(crate::util::clip(&r.brief(), 120))
     }
 }
 

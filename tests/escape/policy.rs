@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::scene::{WARDEN, cache_dir, clip, kit_header};
+use crate::scene::{WARDEN, kit_header};
+use crate::util::{cache_dir, clip};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "policy";

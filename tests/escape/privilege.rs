@@ -6,7 +6,8 @@
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-use crate::scene::{PYTHON, Run, SHELL, SHELL_PROC, Tool};
+use crate::scene::{PYTHON, SHELL, SHELL_PROC, Tool};
+use crate::util::Run;
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "privilege";

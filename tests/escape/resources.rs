@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::scene::{Tool, brief, code, kit_header, survivors};
+use crate::scene::{Tool, kit_header, survivors};
+use crate::util::kit::{brief, code};
 use crate::{Case, Observed, Scene};
 
 const CLASS: &str = "resources";

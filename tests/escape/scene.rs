@@ -2,7 +2,6 @@
 //! fresh workspace per case, the real `warden` binary for process tools and the
 //! library `Executor` for components, and the canaries the cases check.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,10 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use warden::approval::{ApproveMode, Approver};
-use warden::audit::AuditLog;
-use warden::policy::Context;
-use warden::{CallResponse, Executor, Policy, Status, ToolCall};
+
+use crate::util::kit::Kit;
+use crate::util::{Run, cache_dir, clip, run_bounded, run_bounded_with};
 
 /// The real command line.
 pub(crate) const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
@@ -24,9 +22,6 @@ pub(crate) const PYTHON: &str = "/usr/bin/python3";
 pub(crate) const TESTKIT: &str = warden::runtime::builtin::TESTKIT_WASM;
 /// Set in warden's own environment to the secret: no tool may ever see it.
 pub(crate) const CANARY_VAR: &str = "WARDEN_ESCAPE_CANARY";
-/// The longest a single warden run may take before the case is called hung.
-const HANG: Duration = Duration::from_secs(90);
-
 /// Everything the cases share.
 pub(crate) struct Scene {
     _dir: tempfile::TempDir,
@@ -47,80 +42,6 @@ pub(crate) struct Scene {
     namespaces: std::sync::OnceLock<Vec<String>>,
 }
 
-/// One run of the warden binary.
-#[derive(Debug, Default)]
-pub(crate) struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-    pub hung: bool,
-}
-
-impl Run {
-    /// The result document (Null when stdout is not one JSON document).
-    pub(crate) fn doc(&self) -> Value {
-        serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
-    }
-    /// The error code, or "".
-    pub(crate) fn error_code(&self) -> String {
-        self.doc()["error"]["code"].as_str().unwrap_or_default().to_string()
-    }
-    /// The error message, or "".
-    pub(crate) fn error_message(&self) -> String {
-        self.doc()["error"]["message"].as_str().unwrap_or_default().to_string()
-    }
-    /// A process tool's exit code, when it ran.
-    pub(crate) fn exit(&self) -> Option<i64> {
-        self.doc()["result"]["exit_code"].as_i64()
-    }
-    /// A process tool's stdout.
-    pub(crate) fn out(&self) -> String {
-        self.doc()["result"]["stdout"].as_str().unwrap_or_default().to_string()
-    }
-    /// A process tool's stderr.
-    pub(crate) fn err(&self) -> String {
-        self.doc()["result"]["stderr"].as_str().unwrap_or_default().to_string()
-    }
-    /// Whether the call ran and returned a result.
-    pub(crate) fn success(&self) -> bool {
-        self.doc()["status"] == "success"
-    }
-    /// Everything warden printed.
-    pub(crate) fn all(&self) -> String {
-        format!("{}\n{}", self.stdout, self.stderr)
-    }
-    /// A one-line account: the error, or the exit code and the first lines of the streams.
-    pub(crate) fn brief(&self) -> String {
-        if self.hung {
-            return "warden HUNG and was killed".into();
-        }
-        let doc = self.doc();
-        if doc.is_null() {
-            return format!("exit {}; not a result document: {}", self.code, clip(&self.all(), 160));
-        }
-        if doc["status"] != "success" {
-            return format!("{}: {}", self.error_code(), clip(&self.error_message(), 160));
-        }
-        let mut s = format!("exit_code {}", self.exit().map_or("-".into(), |c| c.to_string()));
-        let (out, err) = (self.out(), self.err());
-        if !out.trim().is_empty() {
-            s.push_str(&format!("; stdout {:?}", clip(out.trim(), 140)));
-        }
-        if !err.trim().is_empty() {
-            s.push_str(&format!("; stderr {:?}", clip(err.trim(), 160)));
-        }
-        if doc["truncated"] == true || doc["result"]["truncated"] == true {
-            s.push_str("; truncated");
-        }
-        s
-    }
-}
-
-/// `s` cut to `n` characters, with a marker.
-pub(crate) fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
-}
-
 /// The extra shape of a shell tool's policy.
 #[derive(Clone, Copy)]
 pub(crate) struct Tool<'a> {
@@ -136,40 +57,6 @@ pub(crate) struct Tool<'a> {
 pub(crate) const SHELL: Tool<'static> = Tool { read: &[], net: &[], limits: "timeout = \"20s\"" };
 /// The same with `/proc` readable.
 pub(crate) const SHELL_PROC: Tool<'static> = Tool { read: &["/proc"], net: &[], limits: "timeout = \"20s\"" };
-
-/// A library executor over the testkit and builtin `fs` components.
-pub(crate) struct Kit {
-    pub ws: PathBuf,
-    pub exec: Executor,
-}
-
-impl Kit {
-    pub(crate) fn call(&self, tool: &str, args: Value) -> CallResponse {
-        self.exec.call(ToolCall::new(tool, args))
-    }
-}
-
-/// The error code of a component call, or "".
-pub(crate) fn code(r: &CallResponse) -> &'static str {
-    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
-}
-
-/// A one-line account of a component call.
-pub(crate) fn brief(r: &CallResponse) -> String {
-    match (&r.status, &r.error) {
-        (Status::Success, _) => {
-            let text = r.result.as_ref().map(Value::to_string).unwrap_or_default();
-            format!("success{}: {}", if r.truncated { " (truncated)" } else { "" }, clip(&text, 140))
-        }
-        (_, Some(e)) => format!("{}: {}", e.code.as_str(), clip(&e.message, 160)),
-        (s, None) => s.as_str().to_string(),
-    }
-}
-
-/// Everything a component call returned, for leak checks.
-pub(crate) fn text(r: &CallResponse) -> String {
-    format!("{:?} {}", r.error, r.result.as_ref().map(Value::to_string).unwrap_or_default())
-}
 
 impl Scene {
     pub(crate) fn new() -> Scene {
@@ -393,17 +280,7 @@ impl Scene {
     /// [`Scene::kit`] in the workspace `ws`, prepared by the caller.
     pub(crate) fn kit_in(&self, ws: PathBuf, tools: &str) -> Kit {
         let text = format!("{}{tools}", kit_header());
-        let ctx = Context { workspace: ws.clone(), home: self.base.join("home"), cache: self.base.join("home") };
-        let policy = Policy::from_text(&text, "escape.toml", Path::new("/"), &ctx).unwrap_or_else(|e| panic!("{e}"));
-        let log = AuditLog::open(&self.unique("logs", "jsonl")).unwrap();
-        let exec = Executor::new(
-            policy,
-            Approver::new(ApproveMode::Deny),
-            log,
-            warden::Options { cache_dir: Some(cache_dir()), sandbox_helper: None },
-        )
-        .unwrap();
-        Kit { ws, exec }
+        Kit::at(ws, &self.base.join("home"), self.unique("logs", "jsonl"), &text)
     }
 }
 
@@ -416,11 +293,6 @@ pub(crate) fn kit_header() -> String {
     )
 }
 
-/// The shared compiled-component cache (one compile for every test target).
-pub(crate) fn cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("warden-test-cache-{}", nix::unistd::geteuid()))
-}
-
 pub(crate) fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -429,52 +301,6 @@ pub(crate) fn set_mode(path: &Path, mode: u32) {
 pub(crate) fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::symlink_metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0)
-}
-
-/// Spawns `c`, feeds `stdin`, collects both streams, and kills it past [`HANG`].
-pub(crate) fn run_bounded(c: Command, stdin: Option<&[u8]>) -> Run {
-    run_bounded_with(c, stdin, &|_| {})
-}
-
-/// [`run_bounded`], calling `started` with the child's pid once it runs.
-pub(crate) fn run_bounded_with(mut c: Command, stdin: Option<&[u8]>, started: &dyn Fn(u32)) -> Run {
-    let mut child = c.spawn().expect("cannot start warden");
-    started(child.id());
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        let input = input.to_vec();
-        std::thread::spawn(move || {
-            let _ = std::io::Write::write_all(&mut pipe, &input);
-        });
-    }
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = out.read_to_end(&mut b);
-        b
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = err.read_to_end(&mut b);
-        b
-    });
-    let deadline = Instant::now() + HANG;
-    let mut hung = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            hung = true;
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
-    let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
-    Run { code: status.code().unwrap_or(-1), stdout, stderr, hung }
 }
 
 /// Live (non-zombie) processes whose command line contains `marker`, waiting up

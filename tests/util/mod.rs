@@ -3,9 +3,10 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -21,20 +22,82 @@ pub(crate) struct Env {
 }
 
 /// What one run of warden did.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+    /// It outlived its limit and was killed.
+    pub hung: bool,
 }
 
 impl Run {
+    /// The result document (panics when stdout is not one JSON document).
     pub(crate) fn json(&self) -> Value {
         serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
-    pub(crate) fn error_code(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or_default().to_string()
+    /// The result document (Null when stdout is not one JSON document).
+    pub(crate) fn doc(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
     }
+    /// The error code, or "".
+    pub(crate) fn error_code(&self) -> String {
+        self.doc()["error"]["code"].as_str().unwrap_or_default().to_string()
+    }
+    /// The error message, or "".
+    pub(crate) fn error_message(&self) -> String {
+        self.doc()["error"]["message"].as_str().unwrap_or_default().to_string()
+    }
+    /// A process tool's exit code, when it ran.
+    pub(crate) fn exit(&self) -> Option<i64> {
+        self.doc()["result"]["exit_code"].as_i64()
+    }
+    /// A process tool's stdout.
+    pub(crate) fn out(&self) -> String {
+        self.doc()["result"]["stdout"].as_str().unwrap_or_default().to_string()
+    }
+    /// A process tool's stderr.
+    pub(crate) fn err(&self) -> String {
+        self.doc()["result"]["stderr"].as_str().unwrap_or_default().to_string()
+    }
+    /// Whether the call ran and returned a result.
+    pub(crate) fn success(&self) -> bool {
+        self.doc()["status"] == "success"
+    }
+    /// Everything warden printed.
+    pub(crate) fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+    /// A one-line account: the error, or the exit code and the first lines of the streams.
+    pub(crate) fn brief(&self) -> String {
+        if self.hung {
+            return "warden HUNG and was killed".into();
+        }
+        let doc = self.doc();
+        if doc.is_null() {
+            return format!("exit {}; not a result document: {}", self.code, clip(&self.all(), 160));
+        }
+        if doc["status"] != "success" {
+            return format!("{}: {}", self.error_code(), clip(&self.error_message(), 160));
+        }
+        let mut s = format!("exit_code {}", self.exit().map_or("-".into(), |c| c.to_string()));
+        let (out, err) = (self.out(), self.err());
+        if !out.trim().is_empty() {
+            s.push_str(&format!("; stdout {:?}", clip(out.trim(), 140)));
+        }
+        if !err.trim().is_empty() {
+            s.push_str(&format!("; stderr {:?}", clip(err.trim(), 160)));
+        }
+        if doc["truncated"] == true || doc["result"]["truncated"] == true {
+            s.push_str("; truncated");
+        }
+        s
+    }
+}
+
+/// `s` cut to `n` characters, with a marker.
+pub(crate) fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
 /// The shared compiled-component cache (one compile for the whole test run).
@@ -112,16 +175,7 @@ impl Env {
         if stdin.is_some() {
             c.stdin(Stdio::piped());
         }
-        let mut child = c.spawn().unwrap();
-        if let Some(input) = stdin {
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        run_for(c, stdin.map(str::as_bytes), LONGEST_RUN, &|_| {})
     }
 
     /// `warden call TOOL ARGS` with extra global flags before `call`.
@@ -166,4 +220,61 @@ pub(crate) fn within(deadline: std::time::Duration, mut done: impl FnMut() -> bo
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// The longest a single warden run of the escape battery may take before the case is called hung.
+pub(crate) const HANG: Duration = Duration::from_secs(90);
+/// The longest any other test's warden run may take (a `warden run` of a real build included).
+pub(crate) const LONGEST_RUN: Duration = Duration::from_secs(900);
+
+/// Spawns `c`, feeds `stdin`, collects both streams, and kills it past [`HANG`].
+pub(crate) fn run_bounded(c: Command, stdin: Option<&[u8]>) -> Run {
+    run_for(c, stdin, HANG, &|_| {})
+}
+
+/// [`run_bounded`], calling `started` with the child's pid once it runs.
+pub(crate) fn run_bounded_with(c: Command, stdin: Option<&[u8]>, started: &dyn Fn(u32)) -> Run {
+    run_for(c, stdin, HANG, started)
+}
+
+/// Spawns `c` (stdout and stderr piped), feeds `stdin`, collects both streams,
+/// calls `started` with its pid, and kills it past `limit` (the run is then `hung`).
+pub(crate) fn run_for(mut c: Command, stdin: Option<&[u8]>, limit: Duration, started: &dyn Fn(u32)) -> Run {
+    let mut child = c.spawn().expect("cannot start warden");
+    started(child.id());
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut pipe, &input);
+        });
+    }
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + limit;
+    let mut hung = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            hung = true;
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
+    let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
+    Run { code: status.code().unwrap_or(-1), stdout, stderr, hung }
 }

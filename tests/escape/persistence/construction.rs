@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use serde_json::{Value, json};
 
 use super::{call_in, fs_tools, host_git, server_policy, server_text, shell_policy};
-use crate::scene::{PYTHON, brief, clip};
+use crate::scene::PYTHON;
+use crate::util::clip;
+use crate::util::kit::brief;
 use crate::{Observed, Scene};
 
 /// What is planted, where, and where host git is run to find it.
@@ -430,7 +432,7 @@ pub(super) fn glob_rename(s: &Scene) -> Observed {
     let moved = k.call("move_file", json!({"source": "certs", "dest": "moved"}));
     let read = k.call("read_file", json!({"path": "moved/k.pem"}));
     let ordinary = k.call("move_file", json!({"source": "plain", "dest": "plain2"}));
-    let leaked = s.leaks(&format!("{}{}", brief(&read), crate::scene::text(&read)));
+    let leaked = s.leaks(&format!("{}{}", brief(&read), crate::util::kit::text(&read)));
     let held = moved.error.is_some() && !leaked && ordinary.error.is_none() && k.ws.join("certs/k.pem").exists();
     Observed::new(
         held,

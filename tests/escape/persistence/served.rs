@@ -26,8 +26,9 @@ use serde_json::json;
 use super::{
     PROFILE_NEW, Prepared, Route, Target, call_in, judge, ordinary_written, prepare, route_script, routes, shell_policy,
 };
-use crate::mcp_stdio::McpStdio;
-use crate::scene::{CANARY_VAR, Run, WARDEN, cache_dir, clip};
+use crate::scene::{CANARY_VAR, WARDEN};
+use crate::util::mcp_stdio::McpStdio;
+use crate::util::{Run, cache_dir, clip};
 use crate::{Observed, Scene};
 
 /// A `warden serve` over stdio in the prepared workspace (the shared client),
