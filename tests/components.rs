@@ -430,7 +430,7 @@ mod protected_paths {
     /// Not a test: `cargo test --test components -- --ignored --nocapture guard_cost`
     /// prints the cost of the guard on 1000 `read_file` calls.
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a test: run by hand"]
     fn guard_cost() {
         let (off, on) = (setup(false), setup(true));
         let args = json!({"path": "src/main.rs"});

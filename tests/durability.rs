@@ -101,13 +101,13 @@ impl Drop for Mounted {
     }
 }
 
-/// A tmpfs of `size` mounted in a new temporary directory (root only: `None`
-/// and a note otherwise), unmounted when the guard drops.
-fn small_tmpfs(size: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, Mounted)> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: mounting a small file system needs root (CI runs as root)");
-        return None;
-    }
+/// A tmpfs of `size` mounted in a new temporary directory (root only: the
+/// tests that use it are marked so), unmounted when the guard drops.
+fn small_tmpfs(size: &str) -> (tempfile::TempDir, std::path::PathBuf, Mounted) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: run it as root with `cargo test -- --ignored` (.ci/run does)"
+    );
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("small");
     std::fs::create_dir(&small).unwrap();
@@ -116,15 +116,16 @@ fn small_tmpfs(size: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, Mou
         std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &options, "tmpfs"]).arg(&small).status();
     assert!(status.is_ok_and(|s| s.success()), "cannot mount a tmpfs as root");
     let mounted = Mounted(small.clone());
-    Some((dir, small, mounted))
+    (dir, small, mounted)
 }
 
 /// A full disk: the log's file system (a 2 MiB tmpfs) is filled until less than
 /// the 1 MiB a record may need is free. The call does not run; once space is
 /// back, calls run again. Mounting needs root, as CI runs.
 #[test]
+#[ignore = "needs root"]
 fn a_full_disk_stops_the_call_before_it_runs() {
-    let Some((dir, small, _mounted)) = small_tmpfs("2m") else { return };
+    let (dir, small, _mounted) = small_tmpfs("2m");
     let (exec, ws, log) = executor_logging_to(dir.path(), &small.join("audit.jsonl"));
     assert_eq!(write(&exec, "before.txt").status, Status::Success);
 
@@ -154,8 +155,9 @@ fn a_full_disk_stops_the_call_before_it_runs() {
 /// call is refused before it runs, calls run again once space is back, and
 /// when the log is closed its fill is cut off. Mounting needs root.
 #[test]
+#[ignore = "needs root"]
 fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
-    let Some((dir, small, _mounted)) = small_tmpfs("4m") else { return };
+    let (dir, small, _mounted) = small_tmpfs("4m");
     let ws = small.join("ws");
     std::fs::create_dir(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
