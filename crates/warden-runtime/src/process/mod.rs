@@ -159,6 +159,127 @@ enum Launch {
     Server,
 }
 
+/// What [`ProcessRuntime::prepare`] made for a call.
+struct Prepared {
+    namespaces: bool,
+    layer: Option<Layered>,
+    layers_cover_writes: bool,
+    cgroup: Option<cgroup::CallCgroup>,
+    run_as: Option<(u32, u32)>,
+}
+
+/// How the helper starts: which binary, whether warden's own stdio is the
+/// program's, whether the host keeps writing to its stdin (a server), and the
+/// tool's end of the progress pipe.
+struct Start<'a> {
+    helper: &'a PathBuf,
+    inherit: bool,
+    stdin_from_host: bool,
+    progress: Option<std::os::fd::OwnedFd>,
+}
+
+/// Starts the helper and hands it `spec` (and the descriptors it passes on)
+/// over its socket; the cgroup is joined from here where that is faster.
+fn launch_helper(
+    tool: &str,
+    spec: spec::SandboxSpec,
+    start: Start<'_>,
+    prepared: Prepared,
+) -> Result<Spawned, CallError> {
+    let Start { helper, inherit, stdin_from_host, progress: progress_fd } = start;
+    let Prepared { cgroup, layer, .. } = prepared;
+    let internal = |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
+    // The helper's stdin: the spec goes in, its reports come back (see `spec`).
+    let (mut channel, helper_end) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
+    let child = Command::new(helper)
+        .arg(helper::HELPER_ARG)
+        .env_clear()
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
+        .stdout(if inherit { Stdio::inherit() } else { Stdio::piped() })
+        .stderr(if inherit && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        })
+        .spawn()
+        .map_err(|e| {
+            CallError::new(
+                ErrorCode::SandboxUnavailable,
+                format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
+            )
+        })?;
+    let pid = Pid::from_raw(child.id() as i32);
+    // In v1 the helper moves its one thread in by itself, which takes no
+    // global lock (`CallCgroup::self_join_files`). In v2, moving a process
+    // waits for an RCU grace period; done here, it overlaps the helper's own
+    // start, and the helper only checks it (joining by itself if this failed).
+    let mut spec = spec;
+    if let (Some(c), Some(join)) = (&cgroup, spec.cgroup.as_mut())
+        && c.version == "v2"
+        && c.join(child.id()).is_ok()
+    {
+        join.join.clear();
+    }
+    let spec_json = serde_json::to_vec(&spec)
+        .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
+    {
+        use std::io::Write;
+        // A helper that died early shows up in its report, not here.
+        let _ = channel.write_all(&(spec_json.len() as u64).to_le_bytes());
+        let _ = channel.write_all(&spec_json);
+        // The tool's end of the progress pipe goes to the helper; the host keeps no copy.
+        if let Some(fd) = progress_fd
+            && let Err(e) = progress::send_fd(&channel, &fd, "the progress pipe")
+        {
+            tracing::debug!("{tool}: {e}");
+        }
+        // `warden run`: warden's stdin goes to the program too.
+        if inherit
+            && let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned()
+            && let Err(e) = progress::send_fd(&channel, &stdin, "its standard input")
+        {
+            tracing::debug!("{tool}: {e}");
+        }
+        if !stdin_from_host {
+            let _ = channel.shutdown(std::net::Shutdown::Write);
+        }
+    }
+    Ok(Spawned { child, pid, channel, cgroup, layer, proxy: None, report_prefix: None })
+}
+
+/// Receives the listener the helper made in the call's network namespace and
+/// starts warden's egress proxy on it, the call's one way out; without one, the
+/// helper's report (read next) says why.
+fn attach_proxy(tool: &str, walls: &Walls, spawned: &mut Spawned) -> Result<(), CallError> {
+    match netns::recv_listener(&spawned.channel, Duration::from_secs(10)) {
+        Ok(netns::Received::Listener(listener)) => {
+            let policy = crate::egress::EgressPolicy {
+                tool: tool.to_string(),
+                grants: walls.net.clone(),
+                allow_private: walls.allow_private,
+            };
+            match crate::egress::Proxy::start(listener, Arc::new(policy), walls.journal.clone()) {
+                Ok(p) => spawned.proxy = Some(p),
+                Err(e) => {
+                    let _ = killpg(spawned.pid, Signal::SIGKILL);
+                    let _ = nix::sys::signal::kill(spawned.pid, Signal::SIGKILL);
+                    let _ = spawned.child.wait();
+                    return Err(CallError::new(
+                        ErrorCode::SandboxUnavailable,
+                        format!("{tool}: cannot start warden's egress proxy: {e}"),
+                    ));
+                }
+            }
+        }
+        // The helper's report says why there is no socket (it refuses
+        // to go on in enforce mode; otherwise the tool has no network).
+        Ok(netns::Received::None) | Err(_) => {}
+        Ok(netns::Received::Report(b)) => spawned.report_prefix = Some(b),
+    }
+    Ok(())
+}
+
 /// Toolchains found or refused, never swapped: the program, each
 /// link on its way and its `#!` interpreter inside the grants, and no `PATH`
 /// entry outside them shadowing a program a granted one has. Refused before
@@ -502,13 +623,62 @@ impl ProcessRuntime {
             Launch::Server => (true, None, false),
             Launch::Call { progress, inherit } => (false, Some(progress), inherit),
         };
+        let helper = self.preflight(tool, argv.first().map(String::as_str), walls)?;
+        let prepared = self.prepare(tool, walls, tmp)?;
+        let spec = plan::spec(plan::Request {
+            argv,
+            cwd,
+            walls,
+            tmp,
+            host: plan::Host {
+                root: self.support.root,
+                namespaces: prepared.namespaces,
+                mode: self.mode,
+                parent_pid: std::process::id(),
+                user_processes: if self.support.root {
+                    0
+                } else {
+                    limits::processes_of(nix::unistd::getuid().as_raw())
+                },
+            },
+            start: plan::Start { stdin_from_host, stdin_passed: inherit, progress: progress_fd.is_some() },
+            made: plan::Made {
+                layers: prepared.layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
+                layers_cover_writes: prepared.layers_cover_writes,
+                cgroup: prepared.cgroup.as_ref().map(|c| spec::CgroupJoin {
+                    name: c.name(),
+                    hierarchies: c.hierarchies(),
+                    join: c.self_join_files(),
+                }),
+                run_as: prepared.run_as,
+            },
+        });
+        let proxied = spec.namespaces.as_ref().is_some_and(|p| p.proxy);
+        let start = Start { helper, inherit, stdin_from_host, progress: progress_fd };
+        let mut spawned = launch_helper(tool, spec, start, prepared)?;
+        if proxied {
+            attach_proxy(tool, walls, &mut spawned)?;
+        }
+        Ok(spawned)
+    }
+
+    /// The checks before anything is made for a call: the host can build its
+    /// sandbox, its paths and network grants hold, its program is one its
+    /// grants reach; and the helper to run it with.
+    fn preflight(&self, tool: &str, program: Option<&str>, walls: &Walls) -> Result<&PathBuf, CallError> {
         self.check_support(tool)?;
         self.check_paths(tool, walls)?;
         self.check_net(tool, walls)?;
-        check_toolchain(tool, argv.first().map(String::as_str), walls)?;
-        let helper = self.helper.as_ref().ok_or_else(|| {
+        check_toolchain(tool, program, walls)?;
+        self.helper.as_ref().ok_or_else(|| {
             CallError::new(ErrorCode::SandboxUnavailable, format!("{tool}: no sandbox helper binary is configured"))
-        })?;
+        })
+    }
+
+    /// What the host makes for a call before the helper starts: its write
+    /// grants as layers, its cgroup (as root), and whom it runs as, with the
+    /// call's `{tmp}` handed to that user.
+    fn prepare(&self, tool: &str, walls: &Walls, tmp: Option<&std::path::Path>) -> Result<Prepared, CallError> {
         let limits = walls.limits;
         let call_id = {
             let mut b = [0u8; 6];
@@ -517,7 +687,6 @@ impl ProcessRuntime {
         };
         let ns = self.namespaces_now();
         let enforce = self.mode == SandboxMode::Enforce;
-        // Something to mount over each absent protected path, for the call's duration.
         // Its write grants as layers, applied when it ends.
         let layer_roots = crate::layer::roots_of(&walls.dirs, tmp);
         let layer = if ns && !layer_roots.is_empty() {
@@ -568,122 +737,8 @@ impl ProcessRuntime {
                 })?;
             }
         }
-        let spec = plan::spec(plan::Request {
-            argv,
-            cwd,
-            walls,
-            tmp,
-            host: plan::Host {
-                root: self.support.root,
-                namespaces: ns,
-                mode: self.mode,
-                parent_pid: std::process::id(),
-                user_processes: if self.support.root {
-                    0
-                } else {
-                    limits::processes_of(nix::unistd::getuid().as_raw())
-                },
-            },
-            start: plan::Start { stdin_from_host, stdin_passed: inherit, progress: progress_fd.is_some() },
-            made: plan::Made {
-                layers: layer.as_ref().map(|l| l.layer.roots().to_vec()).unwrap_or_default(),
-                layers_cover_writes: layer_roots.is_empty() || layer.is_some(),
-                cgroup: cgroup.as_ref().map(|c| spec::CgroupJoin {
-                    name: c.name(),
-                    hierarchies: c.hierarchies(),
-                    join: c.self_join_files(),
-                }),
-                run_as,
-            },
-        });
-        let proxied = spec.namespaces.as_ref().is_some_and(|p| p.proxy);
-        let internal =
-            |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
-        // The helper's stdin: the spec goes in, its reports come back (see `spec`).
-        let (mut channel, helper_end) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
-        let child = Command::new(helper)
-            .arg(helper::HELPER_ARG)
-            .env_clear()
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
-            .stdout(if inherit { Stdio::inherit() } else { Stdio::piped() })
-            .stderr(if inherit && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-                Stdio::inherit()
-            } else {
-                Stdio::piped()
-            })
-            .spawn()
-            .map_err(|e| {
-                CallError::new(
-                    ErrorCode::SandboxUnavailable,
-                    format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
-                )
-            })?;
-        let pid = Pid::from_raw(child.id() as i32);
-        // In v1 the helper moves its one thread in by itself, which takes no
-        // global lock (`CallCgroup::self_join_files`). In v2, moving a process
-        // waits for an RCU grace period; done here, it overlaps the helper's own
-        // start, and the helper only checks it (joining by itself if this failed).
-        let mut spec = spec;
-        if let (Some(c), Some(join)) = (&cgroup, spec.cgroup.as_mut())
-            && c.version == "v2"
-            && c.join(child.id()).is_ok()
-        {
-            join.join.clear();
-        }
-        let spec_json = serde_json::to_vec(&spec)
-            .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
-        {
-            use std::io::Write;
-            // A helper that died early shows up in its report, not here.
-            let _ = channel.write_all(&(spec_json.len() as u64).to_le_bytes());
-            let _ = channel.write_all(&spec_json);
-            // The tool's end of the progress pipe goes to the helper; the host keeps no copy.
-            if let Some(fd) = progress_fd
-                && let Err(e) = progress::send_fd(&channel, &fd, "the progress pipe")
-            {
-                tracing::debug!("{tool}: {e}");
-            }
-            // `warden run`: warden's stdin goes to the program too.
-            if inherit
-                && let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned()
-                && let Err(e) = progress::send_fd(&channel, &stdin, "its standard input")
-            {
-                tracing::debug!("{tool}: {e}");
-            }
-            if !stdin_from_host {
-                let _ = channel.shutdown(std::net::Shutdown::Write);
-            }
-        }
-        let mut spawned = Spawned { child, pid, channel, cgroup, layer, proxy: None, report_prefix: None };
-        if proxied {
-            match netns::recv_listener(&spawned.channel, Duration::from_secs(10)) {
-                Ok(netns::Received::Listener(listener)) => {
-                    let policy = crate::egress::EgressPolicy {
-                        tool: tool.to_string(),
-                        grants: walls.net.clone(),
-                        allow_private: walls.allow_private,
-                    };
-                    match crate::egress::Proxy::start(listener, Arc::new(policy), walls.journal.clone()) {
-                        Ok(p) => spawned.proxy = Some(p),
-                        Err(e) => {
-                            let _ = killpg(pid, Signal::SIGKILL);
-                            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-                            let _ = spawned.child.wait();
-                            return Err(CallError::new(
-                                ErrorCode::SandboxUnavailable,
-                                format!("{tool}: cannot start warden's egress proxy: {e}"),
-                            ));
-                        }
-                    }
-                }
-                // The helper's report says why there is no socket (it refuses
-                // to go on in enforce mode; otherwise the tool has no network).
-                Ok(netns::Received::None) | Err(_) => {}
-                Ok(netns::Received::Report(b)) => spawned.report_prefix = Some(b),
-            }
-        }
-        Ok(spawned)
+        let layers_cover_writes = layer_roots.is_empty() || layer.is_some();
+        Ok(Prepared { namespaces: ns, layer, layers_cover_writes, cgroup, run_as })
     }
 
     /// Starts `exec` (no argument placeholders) as a long-running confined program
