@@ -306,63 +306,8 @@ impl Walls {
         let needs_tmp = g.paths.iter().any(|p| matches!(p.path, GrantPath::Tmp(_)))
             || g.env_set.values().any(|v| v.contains("{tmp}"));
         let tmp = if needs_tmp { Some(CallTmp::create()?) } else { None };
-        let mut dirs = Vec::new();
-        let mut links = Vec::new();
-        for grant in &g.paths {
-            let path = match (&grant.path, &tmp) {
-                (GrantPath::Fixed(p), _) => p.clone(),
-                (GrantPath::Tmp(rel), Some(t)) => {
-                    let p = t.path.join(rel);
-                    fs::create_dir_all(&p).map_err(|e| {
-                        CallError::new(ErrorCode::Internal, format!("cannot create {}: {e}", p.display()))
-                    })?;
-                    p
-                }
-                (GrantPath::Tmp(_), None) => continue,
-            };
-            match resolve_grant(&tool.name, &path, writable)? {
-                Some(resolved) => {
-                    if resolved != path {
-                        links.push(path);
-                    }
-                    dirs.push((resolved, grant.write));
-                }
-                None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
-            }
-        }
-        // net.unix: each socket resolved as a grant is (no link planted where
-        // a tool may write), and a socket it must be; one that is not there is
-        // left out (the program finds no such file).
-        let mut unix = Vec::new();
-        for p in &g.unix {
-            let Some(resolved) = resolve_grant(&tool.name, p, writable)? else { continue };
-            use std::os::unix::fs::FileTypeExt;
-            let is_socket = fs::symlink_metadata(&resolved).is_ok_and(|m| m.file_type().is_socket());
-            if !is_socket {
-                return Err(CallError::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "{}: net.unix {} is not a socket ({}); name the socket itself, not its directory",
-                        tool.name,
-                        p.display(),
-                        resolved.display()
-                    ),
-                ));
-            }
-            if let Some((d, _)) = dirs.iter().find(|(d, w)| *w && resolved.starts_with(d)) {
-                return Err(CallError::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "{}: net.unix {} lies in its write grant {}, where the call's layer shows a copy that \
-                         connects to nothing; grant that directory read-only, or move the socket",
-                        tool.name,
-                        p.display(),
-                        d.display()
-                    ),
-                ));
-            }
-            unix.push(resolved);
-        }
+        let (dirs, links) = resolve_paths(tool, tmp.as_ref(), writable)?;
+        let unix = resolve_unix(tool, &dirs, writable)?;
         let expand_globs = matches!(tool.runner, crate::policy::Runner::Process(_) | crate::policy::Runner::Server(_));
         let protect = protect::Protection::for_call(&protect::ProtectInput {
             tool: &tool.name,
@@ -375,41 +320,7 @@ impl Walls {
             own,
         })
         .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
-        let mut env = Vec::new();
-        // TMPDIR, TMP and TEMP: the call's own {tmp} (the first writable
-        // directory in it), unless the policy sets or passes them.
-        if let Some(t) = &tmp {
-            let writable_tmp = dirs.iter().filter(|(p, w)| *w && p.starts_with(&t.path)).map(|(p, _)| p).min();
-            if let Some(dir) = writable_tmp {
-                let dir = dir.to_string_lossy();
-                // Caches that programs would otherwise leave in the workspace
-                // (Python's __pycache__, pytest's .pytest_cache) go there too.
-                let defaults = [
-                    ("TMPDIR", dir.to_string()),
-                    ("TMP", dir.to_string()),
-                    ("TEMP", dir.to_string()),
-                    ("PYTHONPYCACHEPREFIX", format!("{dir}/pycache")),
-                    ("PYTEST_ADDOPTS", format!("-o cache_dir={dir}/pytest-cache")),
-                ];
-                for (var, value) in defaults {
-                    if !g.env_set.contains_key(var) && !g.env_pass.iter().any(|p| p == var) {
-                        env.push((var.to_string(), value));
-                    }
-                }
-            }
-        }
-        for name in &g.env_pass {
-            if let Ok(v) = std::env::var(name) {
-                env.push((name.clone(), v));
-            }
-        }
-        for (k, v) in &g.env_set {
-            let v = match &tmp {
-                Some(t) => v.replace("{tmp}", &t.path.to_string_lossy()),
-                None => v.clone(),
-            };
-            env.push((k.clone(), v));
-        }
+        let env = call_env(g, tmp.as_ref(), &dirs);
         let walls = Walls {
             dirs,
             links,
@@ -434,6 +345,121 @@ impl Walls {
     pub fn dirs_text(&self) -> Vec<String> {
         self.dirs.iter().map(|(d, w)| format!("{} ({})", d.display(), if *w { "rw" } else { "ro" })).collect()
     }
+}
+
+/// A granted directory and whether it is writable.
+type Dir = (PathBuf, bool);
+
+/// A tool's path grants for one call, each resolved ([`resolve_grant`]) with
+/// `{tmp}` ones made in the call's directory; and the granted paths that were links.
+fn resolve_paths(
+    tool: &ToolSpec,
+    tmp: Option<&CallTmp>,
+    writable: &[PathBuf],
+) -> Result<(Vec<Dir>, Vec<PathBuf>), CallError> {
+    let mut dirs = Vec::new();
+    let mut links = Vec::new();
+    for grant in &tool.grants.paths {
+        let path = match (&grant.path, tmp) {
+            (GrantPath::Fixed(p), _) => p.clone(),
+            (GrantPath::Tmp(rel), Some(t)) => {
+                let p = t.path.join(rel);
+                fs::create_dir_all(&p)
+                    .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot create {}: {e}", p.display())))?;
+                p
+            }
+            (GrantPath::Tmp(_), None) => continue,
+        };
+        match resolve_grant(&tool.name, &path, writable)? {
+            Some(resolved) => {
+                if resolved != path {
+                    links.push(path);
+                }
+                dirs.push((resolved, grant.write));
+            }
+            None => tracing::debug!(tool = %tool.name, "grant {} does not exist: nothing to open", path.display()),
+        }
+    }
+    Ok((dirs, links))
+}
+
+/// A tool's `net.unix` grants for one call: each resolved as a grant is (no
+/// link planted where a tool may write), and a socket it must be; one that is
+/// not there is left out (the program finds no such file).
+fn resolve_unix(tool: &ToolSpec, dirs: &[(PathBuf, bool)], writable: &[PathBuf]) -> Result<Vec<PathBuf>, CallError> {
+    let mut unix = Vec::new();
+    for p in &tool.grants.unix {
+        let Some(resolved) = resolve_grant(&tool.name, p, writable)? else { continue };
+        use std::os::unix::fs::FileTypeExt;
+        let is_socket = fs::symlink_metadata(&resolved).is_ok_and(|m| m.file_type().is_socket());
+        if !is_socket {
+            return Err(CallError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "{}: net.unix {} is not a socket ({}); name the socket itself, not its directory",
+                    tool.name,
+                    p.display(),
+                    resolved.display()
+                ),
+            ));
+        }
+        if let Some((d, _)) = dirs.iter().find(|(d, w)| *w && resolved.starts_with(d)) {
+            return Err(CallError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "{}: net.unix {} lies in its write grant {}, where the call's layer shows a copy that \
+                     connects to nothing; grant that directory read-only, or move the socket",
+                    tool.name,
+                    p.display(),
+                    d.display()
+                ),
+            ));
+        }
+        unix.push(resolved);
+    }
+    Ok(unix)
+}
+
+/// The call's environment: `TMPDIR`, `TMP`, `TEMP` and the cache variables in
+/// its own `{tmp}` (unless the policy sets or passes them), the passed
+/// variables, then the set ones with `{tmp}` filled.
+fn call_env(g: &crate::policy::Grants, tmp: Option<&CallTmp>, dirs: &[(PathBuf, bool)]) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    // TMPDIR, TMP and TEMP: the call's own {tmp} (the first writable
+    // directory in it), unless the policy sets or passes them.
+    if let Some(t) = tmp {
+        let writable_tmp = dirs.iter().filter(|(p, w)| *w && p.starts_with(&t.path)).map(|(p, _)| p).min();
+        if let Some(dir) = writable_tmp {
+            let dir = dir.to_string_lossy();
+            // Caches that programs would otherwise leave in the workspace
+            // (Python's __pycache__, pytest's .pytest_cache) go there too.
+            let defaults = [
+                ("TMPDIR", dir.to_string()),
+                ("TMP", dir.to_string()),
+                ("TEMP", dir.to_string()),
+                ("PYTHONPYCACHEPREFIX", format!("{dir}/pycache")),
+                ("PYTEST_ADDOPTS", format!("-o cache_dir={dir}/pytest-cache")),
+            ];
+            for (var, value) in defaults {
+                if !g.env_set.contains_key(var) && !g.env_pass.iter().any(|p| p == var) {
+                    env.push((var.to_string(), value));
+                }
+            }
+        }
+    }
+    for name in &g.env_pass {
+        if let Ok(v) = std::env::var(name) {
+            env.push((name.clone(), v));
+        }
+    }
+    for (k, v) in &g.env_set {
+        let v = match tmp {
+            Some(t) => v.replace("{tmp}", &t.path.to_string_lossy()),
+            None => v.clone(),
+        };
+        env.push((k.clone(), v));
+    }
+    env
 }
 
 /// One granted path for one call: its canonical form, or `None` when it does

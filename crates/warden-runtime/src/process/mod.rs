@@ -547,13 +547,7 @@ impl ProcessRuntime {
                 truncated,
                 progress: Some(progress_counts).filter(|c| c.accepted + c.ignored > 0),
             };
-            let (exit_code, signal) = if libc::WIFEXITED(ended.status) {
-                (Some(libc::WEXITSTATUS(ended.status)), None)
-            } else if libc::WIFSIGNALED(ended.status) {
-                (None, Some(libc::WTERMSIG(ended.status)))
-            } else {
-                (None, None)
-            };
+            let (exit_code, signal) = exit_of(ended.status);
 
             let ends =
                 Ends { elapsed, cpu, exit_code, signal, timed_out: ended.timed_out, hit_pids_max, hit_memory_max };
@@ -576,29 +570,13 @@ impl ProcessRuntime {
                 value["signal"] =
                     json!(Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string()));
             }
-            if let Some(hint) = protected_hint(walls, exit_code, &stderr_tail) {
-                value["protected"] = json!(hint);
-            }
-            if exit_code != Some(0) {
-                let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
-                let grants = crate::hints::Grants {
-                    tool,
-                    dirs: &walls.dirs,
-                    links: &walls.links,
-                    net: !walls.net.is_empty(),
-                    protected: &protected,
-                };
-                let hints = crate::hints::from_stderr(&grants, &String::from_utf8_lossy(&stderr_tail));
-                if !hints.is_empty() {
-                    value["hints"] = json!(hints);
-                }
-            }
+            add_hints(&mut value, tool, walls, exit_code, &stderr_tail);
             if let Some(layer) = applied.as_ref().and_then(|a| a.to_json(20, &walls.workspace)) {
                 value["layer"] = layer;
             }
             let confirmed = self.confirmed(walls, &report, memory_cgroup);
             if self.mode == SandboxMode::BestEffort {
-                value["sandbox"] = json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths});
+                value["sandbox"] = best_effort_sandbox(&report, &confirmed, memory_cgroup);
             }
             Ok(RunOutput { value, usage, sandbox: Some(confirmed), blocks: false })
         };
@@ -842,6 +820,46 @@ impl ProcessRuntime {
             view: Some(if ns { "grants" } else { "host" }),
         }
     }
+}
+
+/// A wait status as the result's `exit_code` and `signal`.
+fn exit_of(status: i32) -> (Option<i32>, Option<i32>) {
+    if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (None, None)
+    }
+}
+
+/// What a result says to the model about a failure the walls may explain: a
+/// protected path it met (`protected`), and for a failed program, the grants
+/// its errors point at (`hints`).
+fn add_hints(value: &mut Value, tool: &str, walls: &Walls, exit_code: Option<i32>, stderr_tail: &[u8]) {
+    if let Some(hint) = protected_hint(walls, exit_code, stderr_tail) {
+        value["protected"] = json!(hint);
+    }
+    if exit_code != Some(0) {
+        let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
+        let grants = crate::hints::Grants {
+            tool,
+            dirs: &walls.dirs,
+            links: &walls.links,
+            net: !walls.net.is_empty(),
+            protected: &protected,
+        };
+        let hints = crate::hints::from_stderr(&grants, &String::from_utf8_lossy(stderr_tail));
+        if !hints.is_empty() {
+            value["hints"] = json!(hints);
+        }
+    }
+}
+
+/// The layers a best-effort call really got, in its result (which layers hold
+/// varies by host there).
+fn best_effort_sandbox(report: &HelperReport, confirmed: &SandboxReport, memory_cgroup: bool) -> Value {
+    json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths})
 }
 
 fn tv(t: libc::timeval) -> Duration {
