@@ -609,6 +609,40 @@ impl Executor {
         }
 
         // Approve.
+        self.approve(spec, (tier, rule.map(|r| r.location.as_str())), call, args_sha256, trace, hooks)?;
+        trace.decision = Decision::Allowed;
+        if hooks.cancel.is_cancelled() {
+            return Err(CallError::new(ErrorCode::Cancelled, format!("{name}: cancelled by the caller before it ran")));
+        }
+        // No record, no run: a call whose record could not be kept never starts.
+        self.audit.check_writable().map_err(|e| {
+            CallError::new(
+                ErrorCode::Internal,
+                format!(
+                    "{name}: the audit log {} cannot take this call's record ({e}); nothing ran \
+                     (fix the log, or pass --audit-log)",
+                    self.audit.path().display()
+                ),
+            )
+        })?;
+
+        // Reuse: a read-only tool's fresh result; a tool that may write empties the cache.
+        Ok(self.reuse(spec, tier, args_sha256, trace))
+    }
+
+    /// The approve stage: an `ask` or `confirm` call's verdict from the client's
+    /// user (`hooks.approve`) or warden's approver; `rule` is where its tier came from
+    /// (the tool's own entry when `None`).
+    fn approve(
+        &self,
+        spec: &crate::policy::ToolSpec,
+        (tier, rule): (Tier, Option<&str>),
+        call: &ToolCall,
+        args_sha256: &str,
+        trace: &mut Trace,
+        hooks: &CallHooks<'_>,
+    ) -> Result<(), CallError> {
+        let name = spec.name.as_str();
         trace.approved_by = Some(ApprovedBy::Auto);
         if matches!(tier, Tier::Ask | Tier::Confirm) {
             let builtin_fs = spec
@@ -620,7 +654,7 @@ impl Executor {
             } else {
                 String::new()
             };
-            let location = rule.map_or(spec.location.as_str(), |r| r.location.as_str());
+            let location = rule.unwrap_or(spec.location.as_str());
             let request = approval::Request { tool: name, tier, args: &call.args, args_sha256, preview, location };
             let verdict = match hooks.approve {
                 Some(approve) => approve(&request),
@@ -641,23 +675,19 @@ impl Executor {
                 }
             }
         }
-        trace.decision = Decision::Allowed;
-        if hooks.cancel.is_cancelled() {
-            return Err(CallError::new(ErrorCode::Cancelled, format!("{name}: cancelled by the caller before it ran")));
-        }
-        // No record, no run: a call whose record could not be kept never starts.
-        self.audit.check_writable().map_err(|e| {
-            CallError::new(
-                ErrorCode::Internal,
-                format!(
-                    "{name}: the audit log {} cannot take this call's record ({e}); nothing ran \
-                     (fix the log, or pass --audit-log)",
-                    self.audit.path().display()
-                ),
-            )
-        })?;
+        Ok(())
+    }
 
-        // Reuse: a read-only tool's fresh result; a tool that may write empties the cache.
+    /// The reuse stage: a read-only auto tool's fresh cached result, if there is
+    /// one; a tool that may write empties the cache.
+    fn reuse(
+        &self,
+        spec: &crate::policy::ToolSpec,
+        tier: Tier,
+        args_sha256: &str,
+        trace: &mut Trace,
+    ) -> Option<(Value, bool)> {
+        let name = spec.name.as_str();
         let writes = crate::cache::may_write(spec);
         if writes {
             self.cache.clear();
@@ -667,7 +697,7 @@ impl Executor {
                 Ok(Some(probe)) => {
                     if let Some(hit) = self.cache.lookup(&probe) {
                         trace.cache = Some(hit.to_json());
-                        return Ok(Some((hit.value, hit.truncated)));
+                        return Some((hit.value, hit.truncated));
                     }
                     trace.cache = Some(json!({"hit": false}));
                     trace.cache_probe = Some(probe);
@@ -676,7 +706,7 @@ impl Executor {
                 Err(why) => trace.cache = Some(json!({"hit": false, "bypassed": format!("{name}: {why}")})),
             }
         }
-        Ok(None)
+        None
     }
 
     /// The run stage: the tool's runtime, then shaping.
