@@ -533,6 +533,25 @@ fn names_in(dir: impl AsFd) -> Result<Vec<OsString>, Errno> {
     Ok(out)
 }
 
+/// One entry of the layer as [`Walk::entry`] found it, beside what the real
+/// tree has under the same name.
+struct Seen<'a> {
+    /// The layer's directory holding it.
+    up: &'a OwnedFd,
+    /// The real directory it goes into, when that one was applied.
+    real: Option<&'a OwnedFd>,
+    name: &'a OsStr,
+    /// Its path in the real tree.
+    path: PathBuf,
+    /// Its path in the layer.
+    entry_up: PathBuf,
+    st: rustix::fs::Stat,
+    stamp: Stamp,
+    /// What the real tree has there, if anything.
+    real_st: Option<rustix::fs::Stat>,
+    real_is_dir: bool,
+}
+
 impl Walk<'_, '_> {
     fn refuse(&mut self, path: PathBuf, why: String) {
         self.out.refused.push((path, why));
@@ -632,74 +651,87 @@ impl Walk<'_, '_> {
             }
             return;
         }
-        let kind = kind_of(&st);
-        if kind == Kind::Dir {
-            // In copy mode a directory that replaced the real one did so once: later
-            // applies merge into it (the host may have added to it since).
-            let applied_before = self.copied.contains_key(&path);
-            let entry_opaque =
-                !applied_before && (opaque || real_st.is_none() || !real_is_dir || self.view.opaque(&entry_up));
-            let sub_up = match open_upper(up, name) {
-                Ok(fd) => fd,
-                Err(e) => return self.fail(path, format!("cannot open it in the layer: {}", errno_text(e))),
-            };
-            if real_is_dir && !entry_opaque {
-                // A directory that was there: only what changed beneath it.
-                let Some(real) = real else { return };
-                match open_real(real, name) {
-                    Ok(sub_real) => {
-                        // Its mode last: one the tool took away would keep the rest out.
-                        self.dir(&sub_up, &entry_up, Some(&sub_real), &path, false);
-                        self.metadata(&sub_real, &st, &path);
-                    }
-                    Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
-                }
-                return;
-            }
-            // A new directory, or one that replaces what was there.
-            if let Verdict::Refuse(why) = self.judge.judge(self.view, &path, Change::Create, true) {
-                return self.refuse(path, why);
-            }
-            let Some(real) = real else { return self.fail(path, "its directory was not applied".into()) };
-            if real_st.is_some() && !real_is_dir {
-                // A file replaced by a directory.
-                if !self.delete(real, name, &path) {
-                    return;
-                }
-            }
-            if self.mode == ApplyMode::Move && real_st.is_none() && self.clean(&sub_up, &entry_up, &path) {
-                // Nothing beneath it is refused: the whole tree moves at once.
-                self.sanitise(up, &entry_up, name, &st);
-                match rustix::fs::renameat_with(up, name, real, name, RenameFlags::NOREPLACE) {
-                    Ok(()) => {
-                        self.out.applied += 1;
-                        return;
-                    }
-                    Err(Errno::XDEV) => {}
-                    Err(e) => return self.fail(path, format!("cannot move it in: {}", errno_text(e))),
-                }
-            }
-            if real_st.is_none() {
-                let m = Mode::from_raw_mode(st.st_mode & 0o1777) | Mode::RWXU;
-                if let Err(e) = rustix::fs::mkdirat(real, name, m) {
-                    return self.fail(path, format!("cannot create it: {}", errno_text(e)));
-                }
-            }
+        let seen = Seen { up, real, name, path, entry_up, st, stamp, real_st, real_is_dir };
+        if kind_of(&seen.st) == Kind::Dir {
+            self.dir_entry(seen, opaque);
+        } else {
+            self.file_entry(seen);
+        }
+    }
+
+    /// A directory in the layer: merged into the real one that was there, or
+    /// created (moved whole when nothing beneath it is refused).
+    fn dir_entry(&mut self, seen: Seen<'_>, opaque: bool) {
+        let Seen { up, real, name, path, entry_up, st, stamp, real_st, real_is_dir } = seen;
+        // In copy mode a directory that replaced the real one did so once: later
+        // applies merge into it (the host may have added to it since).
+        let applied_before = self.copied.contains_key(&path);
+        let entry_opaque =
+            !applied_before && (opaque || real_st.is_none() || !real_is_dir || self.view.opaque(&entry_up));
+        let sub_up = match open_upper(up, name) {
+            Ok(fd) => fd,
+            Err(e) => return self.fail(path, format!("cannot open it in the layer: {}", errno_text(e))),
+        };
+        if real_is_dir && !entry_opaque {
+            // A directory that was there: only what changed beneath it.
+            let Some(real) = real else { return };
             match open_real(real, name) {
                 Ok(sub_real) => {
-                    self.dir(&sub_up, &entry_up, Some(&sub_real), &path, real_st.is_some());
-                    self.own(&sub_real, &st);
-                    let _ = rustix::fs::fchmod(&sub_real, Mode::from_raw_mode(st.st_mode & 0o1777));
-                    self.out.applied += 1;
-                    if self.mode == ApplyMode::Copy {
-                        self.copied.insert(path, stamp);
-                    }
+                    // Its mode last: one the tool took away would keep the rest out.
+                    self.dir(&sub_up, &entry_up, Some(&sub_real), &path, false);
+                    self.metadata(&sub_real, &st, &path);
                 }
                 Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
             }
             return;
         }
-        // A file, a link, a FIFO or a socket.
+        // A new directory, or one that replaces what was there.
+        if let Verdict::Refuse(why) = self.judge.judge(self.view, &path, Change::Create, true) {
+            return self.refuse(path, why);
+        }
+        let Some(real) = real else { return self.fail(path, "its directory was not applied".into()) };
+        if real_st.is_some() && !real_is_dir {
+            // A file replaced by a directory.
+            if !self.delete(real, name, &path) {
+                return;
+            }
+        }
+        if self.mode == ApplyMode::Move && real_st.is_none() && self.clean(&sub_up, &entry_up, &path) {
+            // Nothing beneath it is refused: the whole tree moves at once.
+            self.sanitise(up, &entry_up, name, &st);
+            match rustix::fs::renameat_with(up, name, real, name, RenameFlags::NOREPLACE) {
+                Ok(()) => {
+                    self.out.applied += 1;
+                    return;
+                }
+                Err(Errno::XDEV) => {}
+                Err(e) => return self.fail(path, format!("cannot move it in: {}", errno_text(e))),
+            }
+        }
+        if real_st.is_none() {
+            let m = Mode::from_raw_mode(st.st_mode & 0o1777) | Mode::RWXU;
+            if let Err(e) = rustix::fs::mkdirat(real, name, m) {
+                return self.fail(path, format!("cannot create it: {}", errno_text(e)));
+            }
+        }
+        match open_real(real, name) {
+            Ok(sub_real) => {
+                self.dir(&sub_up, &entry_up, Some(&sub_real), &path, real_st.is_some());
+                self.own(&sub_real, &st);
+                let _ = rustix::fs::fchmod(&sub_real, Mode::from_raw_mode(st.st_mode & 0o1777));
+                self.out.applied += 1;
+                if self.mode == ApplyMode::Copy {
+                    self.copied.insert(path, stamp);
+                }
+            }
+            Err(e) => self.fail(path, format!("cannot open it: {}", errno_text(e))),
+        }
+    }
+
+    /// A file, a link, a FIFO or a socket in the layer: judged (vetted where
+    /// it must be), then moved or copied over what was there.
+    fn file_entry(&mut self, seen: Seen<'_>) {
+        let Seen { up, real, name, path, entry_up, st, stamp, real_st, real_is_dir } = seen;
         let change = if real_st.is_some() { Change::Modify } else { Change::Create };
         // The bytes a vetted file was judged by: those, and no later ones, are what a
         // running server's copy writes.

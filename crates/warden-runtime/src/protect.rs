@@ -284,6 +284,22 @@ impl Protection {
     /// directory `core.hooksPath` names; or, with no `.git` at the root, the
     /// name `.git` itself, so no repository can be made there.
     fn protect_git(&mut self, root: &Path, roots: &[&PathBuf], home: Option<&Path>) {
+        let (gitdirs, worktree) = self.git_dirs_of(root);
+        let mut configs = self.protect_git_dirs(gitdirs, roots);
+        if let Some(home) = home {
+            configs.push(home.join(".gitconfig"));
+        }
+        match std::env::var_os("XDG_CONFIG_HOME") {
+            Some(x) => configs.push(PathBuf::from(x).join("git/config")),
+            None => configs.extend(home.map(|h| h.join(".config/git/config"))),
+        }
+        self.protect_config_paths(configs, roots, home, worktree.as_deref());
+    }
+
+    /// The git directories of the repository at `root` (or around it, when it
+    /// has no `.git`), and its work tree; a `.git` that is absent or a file is
+    /// protected as such.
+    fn git_dirs_of(&mut self, root: &Path) -> (Vec<PathBuf>, Option<PathBuf>) {
         let dot_git = root.join(".git");
         let mut gitdirs = Vec::new();
         let mut worktree = Some(root.to_path_buf());
@@ -311,6 +327,13 @@ impl Protection {
                 }
             }
         }
+        (gitdirs, worktree)
+    }
+
+    /// Protects the hooks, config and info of each git directory under a write
+    /// grant, with its common directory, worktrees and submodules (bounded);
+    /// the config files git will read, to follow next.
+    fn protect_git_dirs(&mut self, gitdirs: Vec<PathBuf>, roots: &[&PathBuf]) -> Vec<PathBuf> {
         // The common directory of a worktree's git directory holds the shared config and hooks.
         let mut all = Vec::new();
         for g in gitdirs {
@@ -352,13 +375,18 @@ impl Protection {
                 }
             }
         }
-        if let Some(home) = home {
-            configs.push(home.join(".gitconfig"));
-        }
-        match std::env::var_os("XDG_CONFIG_HOME") {
-            Some(x) => configs.push(PathBuf::from(x).join("git/config")),
-            None => configs.extend(home.map(|h| h.join(".config/git/config"))),
-        }
+        configs
+    }
+
+    /// Follows the git config files (and what they include, bounded): each
+    /// include and `core.hooksPath` under a write grant is protected.
+    fn protect_config_paths(
+        &mut self,
+        mut configs: Vec<PathBuf>,
+        roots: &[&PathBuf],
+        home: Option<&Path>,
+        worktree: Option<&Path>,
+    ) {
         let mut seen = 0;
         while seen < configs.len() && seen < 64 {
             let config = configs[seen].clone();
@@ -377,7 +405,7 @@ impl Protection {
                     // An include is relative to the file that names it.
                     config.parent().map(|d| d.join(&value)).unwrap_or(value)
                 } else {
-                    match &worktree {
+                    match worktree {
                         Some(w) => w.join(&value),
                         None => continue,
                     }
