@@ -638,6 +638,7 @@ struct Scope<'a> {
     ctx: &'a Context,
 }
 
+/// Checks one tool's table (or a server's, named by `name`) against `scope`.
 fn compile_tool(
     c: &mut Checker<'_>,
     name: &str,
@@ -646,72 +647,82 @@ fn compile_tool(
     scope: Scope<'_>,
 ) -> Option<ToolSpec> {
     let Scope { plugins, defaults, default_tier, ctx } = scope;
+    let runner = compile_runner(c, name, t, plugins, ctx)?;
+    let process = matches!(runner, Runner::Process(_));
+
+    let limits = tool_limits(c, name, &t.limits, defaults, process);
+    let (paths, system) = compile_paths(c, name, t, process, ctx);
+
+    let allow_private = compile_allow_private(c, name, t);
+    let unix = compile_unix(c, name, t, &runner, ctx);
+    let net = compile_connect(c, name, t);
+
+    let env_pass = compile_env_pass(c, name, t);
+    let env_set = compile_env_set(c, name, t, ctx);
+
+    let sysv_ipc = process_flag(c, name, "sysv_ipc", &t.sysv_ipc, process);
+    let inotify = process_flag(c, name, "inotify", &t.inotify, process);
+    let git_init = process_flag(c, name, "fs.git_init", &t.fs.git_init, process);
+    check_git_init(c, name, t, &paths);
+
+    let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
+
+    let rules = compile_rules(c, name, &t.rule);
+    let tier = t.tier.unwrap_or(default_tier);
+    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net, sysv_ipc));
+    let background = compile_background(c, name, t);
+
+    Some(ToolSpec {
+        name: name.to_string(),
+        runner,
+        description: t.description.as_ref().map(|d| d.get_ref().clone()),
+        tier,
+        grants: Grants {
+            paths,
+            net,
+            unix,
+            allow_private,
+            env_pass,
+            env_set,
+            sysv_ipc,
+            inotify,
+            system,
+            deny,
+            unprotect,
+            git_init,
+        },
+        limits,
+        rules,
+        location: c.location(span),
+        cache,
+        hidden_by: None,
+        background,
+    })
+}
+
+/// What runs the tool: a process (`exec`), a component (`plugin`), or nothing
+/// (walls only); `None` when the table names both.
+fn compile_runner(
+    c: &mut Checker<'_>,
+    name: &str,
+    t: &RawTool,
+    plugins: &BTreeMap<String, PluginSpec>,
+    ctx: &Context,
+) -> Option<Runner> {
     let runner = match (&t.exec, &t.plugin) {
-        (Some(exec), Some(plugin)) => {
+        (Some(_), Some(plugin)) => {
             c.problem(
                 plugin.span(),
                 format!("tool {name}: has both `plugin` and `exec`; a tool is a component or a process, not both"),
             );
-            let _ = exec;
             return None;
         }
         // Neither: walls for `warden run --tool NAME -- CMD`, which agents cannot call.
-        (None, None) => {
-            for (key, value) in [
-                ("args", t.args.as_ref().map(Spanned::span)),
-                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
-                ("cache", t.cache.as_ref().map(Spanned::span)),
-                ("background", t.background.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = value {
-                    c.problem(
-                        span,
-                        format!(
-                            "tool {name}: `{key}` needs a program; a tool without `exec` or `plugin` only lends its \
-                             walls to `warden run --tool {name} -- CMD`"
-                        ),
-                    );
-                }
-            }
-            let cwd = compile_cwd(c, name, t, ctx)?;
-            Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None })
-        }
+        (None, None) => walls_only_runner(c, name, t, ctx)?,
         (None, Some(plugin)) if plugins.get(plugin.get_ref()).is_some_and(|p| p.kind == PluginKind::Command) => {
             Runner::Command(compile_command(c, name, plugin.get_ref(), t, ctx)?)
         }
-        (None, Some(plugin)) => {
-            if !plugins.contains_key(plugin.get_ref()) {
-                let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
-                c.problem(
-                    plugin.span(),
-                    format!(
-                        "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
-                        plugin.get_ref(),
-                        plugin.get_ref(),
-                        if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
-                    ),
-                );
-            }
-            for (key, value) in [
-                ("cwd", t.cwd.as_ref().map(Spanned::span)),
-                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = value {
-                    c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
-                }
-            }
-            if let Some(args) = &t.args {
-                c.problem(
-                    args.span(),
-                    format!(
-                        "tool {name}: `args` applies only to tools of a kind = \"command\" plugin; plugin {} \
-                         describes its own tools",
-                        plugin.get_ref()
-                    ),
-                );
-            }
-            Runner::Plugin(plugin.get_ref().clone())
-        }
+        (None, Some(plugin)) => plugin_runner(c, name, plugin, t, plugins),
         (Some(exec), None) => {
             if let Some(args) = &t.args {
                 c.problem(
@@ -722,10 +733,75 @@ fn compile_tool(
             Runner::Process(compile_exec(c, name, exec, t, ctx)?)
         }
     };
-    let process = matches!(runner, Runner::Process(_));
+    Some(runner)
+}
 
-    let limits = tool_limits(c, name, &t.limits, defaults, process);
+/// A tool without `exec` or `plugin`: refuses the keys that need a program.
+fn walls_only_runner(c: &mut Checker<'_>, name: &str, t: &RawTool, ctx: &Context) -> Option<Runner> {
+    for (key, value) in [
+        ("args", t.args.as_ref().map(Spanned::span)),
+        ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
+        ("cache", t.cache.as_ref().map(Spanned::span)),
+        ("background", t.background.as_ref().map(Spanned::span)),
+    ] {
+        if let Some(span) = value {
+            c.problem(
+                span,
+                format!(
+                    "tool {name}: `{key}` needs a program; a tool without `exec` or `plugin` only lends its \
+                     walls to `warden run --tool {name} -- CMD`"
+                ),
+            );
+        }
+    }
+    let cwd = compile_cwd(c, name, t, ctx)?;
+    Some(Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None }))
+}
 
+/// A tool of a `kind = "tool"` plugin: the plugin must be declared, and the
+/// process-only keys are refused.
+fn plugin_runner(
+    c: &mut Checker<'_>,
+    name: &str,
+    plugin: &Spanned<String>,
+    t: &RawTool,
+    plugins: &BTreeMap<String, PluginSpec>,
+) -> Runner {
+    if !plugins.contains_key(plugin.get_ref()) {
+        let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
+        c.problem(
+            plugin.span(),
+            format!(
+                "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
+                plugin.get_ref(),
+                plugin.get_ref(),
+                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+            ),
+        );
+    }
+    for (key, value) in
+        [("cwd", t.cwd.as_ref().map(Spanned::span)), ("input_schema", t.input_schema.as_ref().map(Spanned::span))]
+    {
+        if let Some(span) = value {
+            c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
+        }
+    }
+    if let Some(args) = &t.args {
+        c.problem(
+            args.span(),
+            format!(
+                "tool {name}: `args` applies only to tools of a kind = \"command\" plugin; plugin {} \
+                 describes its own tools",
+                plugin.get_ref()
+            ),
+        );
+    }
+    Runner::Plugin(plugin.get_ref().clone())
+}
+
+/// `fs.read` and `fs.write`, with `{system}` expanded and a path granted twice
+/// merged into one grant; the flag says whether `{system}` was granted.
+fn compile_paths(c: &mut Checker<'_>, name: &str, t: &RawTool, process: bool, ctx: &Context) -> (Vec<PathGrant>, bool) {
     let mut paths: Vec<PathGrant> = Vec::new();
     let mut system = false;
     for (list, write) in [(&t.fs.read, false), (&t.fs.write, true)] {
@@ -758,15 +834,23 @@ fn compile_tool(
             }
         }
     }
+    (paths, system)
+}
 
-    let allow_private = match &t.net.allow_private {
+/// `net.allow_private`, refused (as false) when the tool has no `net.connect`.
+fn compile_allow_private(c: &mut Checker<'_>, name: &str, t: &RawTool) -> bool {
+    match &t.net.allow_private {
         Some(v) if t.net.connect.is_empty() && *v.get_ref() => {
             c.problem(v.span(), format!("tool {name}: net.allow_private = true without net.connect grants nothing"));
             false
         }
         Some(v) => *v.get_ref(),
         None => false,
-    };
+    }
+}
+
+/// `net.unix`: host sockets, for process tools and servers only.
+fn compile_unix(c: &mut Checker<'_>, name: &str, t: &RawTool, runner: &Runner, ctx: &Context) -> Vec<PathBuf> {
     let mut unix = Vec::new();
     for entry in &t.net.unix {
         if !matches!(runner, Runner::Process(_) | Runner::Server(_)) {
@@ -785,6 +869,11 @@ fn compile_tool(
             None => {}
         }
     }
+    unix
+}
+
+/// `net.connect`: each entry a host and port.
+fn compile_connect(c: &mut Checker<'_>, name: &str, t: &RawTool) -> Vec<NetGrant> {
     let mut net = Vec::new();
     for entry in &t.net.connect {
         match parse_host_port(entry.get_ref()) {
@@ -792,7 +881,11 @@ fn compile_tool(
             Err(msg) => c.problem(entry.span(), format!("tool {name}: net.connect {:?}: {msg}", entry.get_ref())),
         }
     }
+    net
+}
 
+/// `env.pass`: the names of variables passed through.
+fn compile_env_pass(c: &mut Checker<'_>, name: &str, t: &RawTool) -> Vec<String> {
     let mut env_pass = Vec::new();
     for v in &t.env.pass {
         if valid_env_name(v.get_ref()) {
@@ -804,6 +897,11 @@ fn compile_tool(
             );
         }
     }
+    env_pass
+}
+
+/// `env.set`: variables set, their values' placeholders expanded.
+fn compile_env_set(c: &mut Checker<'_>, name: &str, t: &RawTool, ctx: &Context) -> BTreeMap<String, String> {
     let mut env_set = BTreeMap::new();
     for (k, v) in &t.env.set {
         if !valid_env_name(k) {
@@ -820,18 +918,24 @@ fn compile_tool(
             Err(msg) => c.problem(v.span(), format!("tool {name}: env.set.{k}: {msg}")),
         }
     }
+    env_set
+}
 
-    let mut process_flag = |key: &str, v: &Option<Spanned<bool>>| match v {
+/// A flag that applies to process tools only (`sysv_ipc`, `inotify`,
+/// `fs.git_init`): refused (as false) on any other tool.
+fn process_flag(c: &mut Checker<'_>, name: &str, key: &str, v: &Option<Spanned<bool>>, process: bool) -> bool {
+    match v {
         Some(v) if !process => {
             c.problem(v.span(), format!("tool {name}: {key} applies to process tools and [servers] only"));
             false
         }
         Some(v) => *v.get_ref(),
         None => false,
-    };
-    let sysv_ipc = process_flag("sysv_ipc", &t.sysv_ipc);
-    let inotify = process_flag("inotify", &t.inotify);
-    let git_init = process_flag("fs.git_init", &t.fs.git_init);
+    }
+}
+
+/// `fs.git_init = true` needs a write grant to create repositories in.
+fn check_git_init(c: &mut Checker<'_>, name: &str, t: &RawTool, paths: &[PathGrant]) {
     if let Some(v) = t.fs.git_init.as_ref().filter(|v| *v.get_ref())
         && !paths.iter().any(|p| p.write)
     {
@@ -840,12 +944,10 @@ fn compile_tool(
             format!("tool {name}: fs.git_init = true needs an fs.write grant to create repositories in"),
         );
     }
+}
 
-    let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
-
-    let rules = compile_rules(c, name, &t.rule);
-    let tier = t.tier.unwrap_or(default_tier);
-    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net, sysv_ipc));
+/// `background = true`, refused alongside `cache`.
+fn compile_background(c: &mut Checker<'_>, name: &str, t: &RawTool) -> bool {
     let background = t.background.as_ref().filter(|b| *b.get_ref());
     if let (Some(b), Some(_)) = (background, &t.cache) {
         c.problem(
@@ -856,33 +958,7 @@ fn compile_tool(
             ),
         );
     }
-
-    Some(ToolSpec {
-        name: name.to_string(),
-        runner,
-        description: t.description.as_ref().map(|d| d.get_ref().clone()),
-        tier,
-        grants: Grants {
-            paths,
-            net,
-            unix,
-            allow_private,
-            env_pass,
-            env_set,
-            sysv_ipc,
-            inotify,
-            system,
-            deny,
-            unprotect,
-            git_init,
-        },
-        limits,
-        rules,
-        location: c.location(span),
-        cache,
-        hidden_by: None,
-        background: background.is_some(),
-    })
+    background.is_some()
 }
 
 /// The longest `cache` a tool may have.
