@@ -157,121 +157,16 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         );
     }
 
-    let timeout = raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
-    let defaults = Limits {
-        timeout,
-        memory: raw.defaults.memory.map_or(DEFAULT_MEMORY, |s| s.0),
-        max_output: raw.defaults.max_output.map_or(DEFAULT_MAX_OUTPUT, |s| s.0),
-        cpu: timeout,
-        processes: DEFAULT_PROCESSES,
-        open_files: DEFAULT_OPEN_FILES,
-        file_size: DEFAULT_FILE_SIZE,
-        tmp_size: DEFAULT_TMP_SIZE,
-        tmp_files: DEFAULT_TMP_FILES,
-    };
-    let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
-
-    let mut plugins = BTreeMap::new();
-    for (name, spanned) in &raw.plugins {
-        let span = spanned.span();
-        let p = spanned.get_ref();
-        let source = p.source.get_ref();
-        let source = if let Some(builtin) = source.strip_prefix("builtin:") {
-            if !BUILTIN_PLUGINS.contains(&builtin) {
-                c.problem(
-                    p.source.span(),
-                    format!("plugin {name}: unknown builtin {source:?} (builtins: {})", BUILTIN_PLUGINS.join(", ")),
-                );
-            }
-            PluginSource::Builtin(builtin.to_string())
-        } else {
-            PluginSource::File(dir.join(source))
-        };
-        let sha256 = match &p.sha256 {
-            Some(h) => {
-                let v = h.get_ref().to_ascii_lowercase();
-                if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    c.problem(h.span(), format!("plugin {name}: sha256 must be 64 hexadecimal digits"));
-                }
-                Some(v)
-            }
-            None => {
-                if matches!(source, PluginSource::File(_)) {
-                    c.problem(
-                        span.clone(),
-                        format!(
-                            "plugin {name}: missing sha256: a plugin that is not builtin loads only when pinned; \
-                             add sha256 = \"…\" (`sha256sum FILE` prints it)"
-                        ),
-                    );
-                }
-                None
-            }
-        };
-        let kind = match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
-            None | Some(("tool", _)) => PluginKind::Tool,
-            Some(("command", _)) => PluginKind::Command,
-            Some((other, span)) => {
-                c.problem(
-                    span,
-                    format!(
-                        "plugin {name}: unknown kind {other:?}: \"tool\" (the warden:plugin world, the default) or \
-                         \"command\" (a wasi:cli/command program run with each tool's `args`)"
-                    ),
-                );
-                PluginKind::Tool
-            }
-        };
-        if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
-            c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
-        }
-        plugins
-            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
-    }
+    let (defaults, default_tier) = compile_defaults(&raw);
+    let plugins = compile_plugins(&mut c, &raw, dir);
 
     if raw.tools.len() > MAX_TOOLS {
         c.problem(0..0, format!("too many tools: {} (at most {MAX_TOOLS})", raw.tools.len()));
     }
 
-    let mut servers = BTreeMap::new();
-    for (name, spanned) in &raw.servers {
-        if let Some(server) = compile_server(&mut c, name, spanned, &plugins, &defaults, ctx) {
-            servers.insert(name.get_ref().clone(), server);
-        }
-    }
-
-    let mut tools = BTreeMap::new();
-    for (name, spanned) in &raw.tools {
-        let tool_span = spanned.span();
-        let name_str = name.get_ref();
-        if let Some((server, tool)) = name_str.split_once(SERVER_TOOL_SEPARATOR)
-            && raw.servers.keys().any(|k| k.get_ref() == server)
-        {
-            if let Some(server) = servers.get(server)
-                && let Some(t) = compile_server_tool(&mut c, server, tool, tool_span, spanned.get_ref())
-            {
-                tools.insert(name_str.clone(), t);
-            }
-            continue;
-        }
-        if !valid_tool_name(name_str) {
-            c.problem(
-                name.span(),
-                format!(
-                    "tool {name_str:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and - (dots and __ are reserved)"
-                ),
-            );
-        }
-        if let Some(t) = compile_tool(
-            &mut c,
-            name_str,
-            tool_span,
-            spanned.get_ref(),
-            Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx },
-        ) {
-            tools.insert(name_str.clone(), t);
-        }
-    }
+    let servers = compile_servers(&mut c, &raw, &plugins, &defaults, ctx);
+    let tools =
+        compile_tools(&mut c, &raw, &servers, Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx });
 
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
@@ -291,16 +186,175 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         profiles,
         profile: None,
         max_jobs,
-        own_files: if origin == crate::DEFAULT_POLICY_NAME {
-            Vec::new()
-        } else {
-            let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-            vec![
-                ("policy file".to_string(), absolute(Path::new(origin))),
-                ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
-            ]
-        },
+        own_files: own_files(origin, dir),
     })
+}
+
+/// `[defaults]`: the limits of a tool that sets none, and the tier of a tool that names none.
+fn compile_defaults(raw: &RawPolicy) -> (Limits, Tier) {
+    let timeout = raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
+    let defaults = Limits {
+        timeout,
+        memory: raw.defaults.memory.map_or(DEFAULT_MEMORY, |s| s.0),
+        max_output: raw.defaults.max_output.map_or(DEFAULT_MAX_OUTPUT, |s| s.0),
+        cpu: timeout,
+        processes: DEFAULT_PROCESSES,
+        open_files: DEFAULT_OPEN_FILES,
+        file_size: DEFAULT_FILE_SIZE,
+        tmp_size: DEFAULT_TMP_SIZE,
+        tmp_files: DEFAULT_TMP_FILES,
+    };
+    (defaults, raw.defaults.tier.unwrap_or(Tier::Ask))
+}
+
+/// Checks `[plugins.NAME]`, each in turn.
+fn compile_plugins(c: &mut Checker<'_>, raw: &RawPolicy, dir: &Path) -> BTreeMap<String, PluginSpec> {
+    let mut plugins = BTreeMap::new();
+    for (name, spanned) in &raw.plugins {
+        let span = spanned.span();
+        let p = spanned.get_ref();
+        let source = plugin_source(c, name, p, dir);
+        let sha256 = plugin_sha256(c, name, p, &source, &span);
+        let kind = plugin_kind(c, name, p);
+        if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
+            c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
+        }
+        plugins
+            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
+    }
+    plugins
+}
+
+/// A plugin's `source`: `builtin:NAME` (one of [`BUILTIN_PLUGINS`]) or a file relative to `dir`.
+fn plugin_source(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin, dir: &Path) -> PluginSource {
+    let source = p.source.get_ref();
+    if let Some(builtin) = source.strip_prefix("builtin:") {
+        if !BUILTIN_PLUGINS.contains(&builtin) {
+            c.problem(
+                p.source.span(),
+                format!("plugin {name}: unknown builtin {source:?} (builtins: {})", BUILTIN_PLUGINS.join(", ")),
+            );
+        }
+        PluginSource::Builtin(builtin.to_string())
+    } else {
+        PluginSource::File(dir.join(source))
+    }
+}
+
+/// A plugin's `sha256`, lowercased: 64 hexadecimal digits, required of a plugin that is not builtin.
+fn plugin_sha256(
+    c: &mut Checker<'_>,
+    name: &str,
+    p: &crate::schema::RawPlugin,
+    source: &PluginSource,
+    span: &Range<usize>,
+) -> Option<String> {
+    match &p.sha256 {
+        Some(h) => {
+            let v = h.get_ref().to_ascii_lowercase();
+            if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
+                c.problem(h.span(), format!("plugin {name}: sha256 must be 64 hexadecimal digits"));
+            }
+            Some(v)
+        }
+        None => {
+            if matches!(source, PluginSource::File(_)) {
+                c.problem(
+                    span.clone(),
+                    format!(
+                        "plugin {name}: missing sha256: a plugin that is not builtin loads only when pinned; \
+                         add sha256 = \"…\" (`sha256sum FILE` prints it)"
+                    ),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// A plugin's `kind`: "tool" (the default) or "command".
+fn plugin_kind(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin) -> PluginKind {
+    match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+        None | Some(("tool", _)) => PluginKind::Tool,
+        Some(("command", _)) => PluginKind::Command,
+        Some((other, span)) => {
+            c.problem(
+                span,
+                format!(
+                    "plugin {name}: unknown kind {other:?}: \"tool\" (the warden:plugin world, the default) or \
+                     \"command\" (a wasi:cli/command program run with each tool's `args`)"
+                ),
+            );
+            PluginKind::Tool
+        }
+    }
+}
+
+/// Checks `[servers.NAME]`, each in turn; a server with problems is left out.
+fn compile_servers(
+    c: &mut Checker<'_>,
+    raw: &RawPolicy,
+    plugins: &BTreeMap<String, PluginSpec>,
+    defaults: &Limits,
+    ctx: &Context,
+) -> BTreeMap<String, ServerSpec> {
+    let mut servers = BTreeMap::new();
+    for (name, spanned) in &raw.servers {
+        if let Some(server) = compile_server(c, name, spanned, plugins, defaults, ctx) {
+            servers.insert(name.get_ref().clone(), server);
+        }
+    }
+    servers
+}
+
+/// Checks `[tools.NAME]`, each in turn: a `SERVER__TOOL` entry of a declared
+/// server as a server's tool, any other as a tool of its own.
+fn compile_tools(
+    c: &mut Checker<'_>,
+    raw: &RawPolicy,
+    servers: &BTreeMap<String, ServerSpec>,
+    scope: Scope<'_>,
+) -> BTreeMap<String, ToolSpec> {
+    let mut tools = BTreeMap::new();
+    for (name, spanned) in &raw.tools {
+        let tool_span = spanned.span();
+        let name_str = name.get_ref();
+        if let Some((server, tool)) = name_str.split_once(SERVER_TOOL_SEPARATOR)
+            && raw.servers.keys().any(|k| k.get_ref() == server)
+        {
+            if let Some(server) = servers.get(server)
+                && let Some(t) = compile_server_tool(c, server, tool, tool_span, spanned.get_ref())
+            {
+                tools.insert(name_str.clone(), t);
+            }
+            continue;
+        }
+        if !valid_tool_name(name_str) {
+            c.problem(
+                name.span(),
+                format!(
+                    "tool {name_str:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and - (dots and __ are reserved)"
+                ),
+            );
+        }
+        if let Some(t) = compile_tool(c, name_str, tool_span, spanned.get_ref(), scope) {
+            tools.insert(name_str.clone(), t);
+        }
+    }
+    tools
+}
+
+/// The files the policy itself lives in (none for the built-in default policy).
+fn own_files(origin: &str, dir: &Path) -> Vec<(String, PathBuf)> {
+    if origin == crate::DEFAULT_POLICY_NAME {
+        Vec::new()
+    } else {
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        vec![
+            ("policy file".to_string(), absolute(Path::new(origin))),
+            ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
+        ]
+    }
 }
 
 /// Checks `[defaults] max_jobs` (1 to [`MAX_MAX_JOBS`]) and that no tool takes
@@ -627,6 +681,7 @@ fn valid_tool_name(n: &str) -> bool {
 }
 
 /// What a tool is compiled against besides its own table.
+#[derive(Clone, Copy)]
 struct Scope<'a> {
     /// The policy's plugins, by name.
     plugins: &'a BTreeMap<String, PluginSpec>,
