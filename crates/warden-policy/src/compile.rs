@@ -414,60 +414,8 @@ fn compile_profiles(
         if !valid_tool_name(pname) {
             c.problem(name.span(), format!("profile {pname:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and -"));
         }
-        let listed: Vec<String> = match p.tools.get_ref() {
-            toml::Value::String(s) => vec![s.clone()],
-            toml::Value::Array(items) if items.iter().all(toml::Value::is_str) && !items.is_empty() => {
-                items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
-            }
-            _ => {
-                c.problem(
-                    p.tools.span(),
-                    format!(
-                        "profile {pname}: `tools` is \"*\" or a non-empty list of tool names and patterns, like \
-                         [\"read_file\", \"git_*\", \"server__*\"]"
-                    ),
-                );
-                continue;
-            }
-        };
-        if listed.len() > MAX_TOOLS {
-            c.problem(
-                p.tools.span(),
-                format!("profile {pname}: {} entries in `tools` (at most {MAX_TOOLS})", listed.len()),
-            );
-        }
-        for entry in &listed {
-            let bad_chars = !entry.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '*'));
-            if entry.is_empty() || entry.len() > 140 || bad_chars {
-                c.problem(
-                    p.tools.span(),
-                    format!("profile {pname}: {entry:?} is not a tool name or pattern (a-z, A-Z, 0-9, _, - and *)"),
-                );
-                continue;
-            }
-            if entry.contains('*') {
-                continue;
-            }
-            let declared = tools.contains_key(entry)
-                || entry
-                    .split_once(SERVER_TOOL_SEPARATOR)
-                    .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
-            if !declared {
-                let candidates = tools.keys().map(String::as_str);
-                let close = crate::profile::closest(entry, candidates);
-                c.problem(
-                    p.tools.span(),
-                    format!(
-                        "profile {pname}: no tool named {entry:?} in this policy{}",
-                        if close.is_empty() {
-                            " (a server's tools are SERVER__TOOL, or SERVER__* for all of them)".to_string()
-                        } else {
-                            format!("; did you mean {}?", close.join(", "))
-                        }
-                    ),
-                );
-            }
-        }
+        let Some(listed) = profile_tools(c, pname, p) else { continue };
+        check_profile_entries(c, pname, p, &listed, tools, servers);
         let mut profile = Profile {
             name: pname.clone(),
             tools: listed,
@@ -475,52 +423,131 @@ fn compile_profiles(
             location: c.location(spanned.span()),
             description: p.description.clone(),
         };
-        for (tool, tier) in &p.tiers {
-            let (tool_name, tier_value) = (tool.get_ref(), *tier.get_ref());
-            if !profile.admits(tool_name) {
-                c.problem(
-                    tool.span(),
-                    format!(
-                        "profile {pname}: tiers.{tool_name} names a tool the profile does not offer; add it to \
-                         `tools` or remove the tier"
-                    ),
-                );
-                continue;
-            }
-            let base = tools.get(tool_name).map(|t| (t.tier, t.location.as_str())).or_else(|| {
-                let (server, _) = tool_name.split_once(SERVER_TOOL_SEPARATOR)?;
-                servers.get(server).map(|s| (s.tier, s.location.as_str()))
-            });
-            match base {
-                None => {
-                    let close = crate::profile::closest(tool_name, tools.keys().map(String::as_str));
-                    c.problem(
-                        tool.span(),
-                        format!(
-                            "profile {pname}: tiers.{tool_name}: no such tool in this policy{}",
-                            if close.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; did you mean {}?", close.join(", "))
-                            }
-                        ),
-                    );
-                }
-                Some((base, at)) if tier_value < base => c.problem(
-                    tier.span(),
-                    format!(
-                        "profile {pname}: tiers.{tool_name} = \"{tier_value}\" would relax the tool's tier \
-                         \"{base}\" ({at}); a profile may only make a tool stricter (auto < ask < confirm < deny)"
-                    ),
-                ),
-                Some(_) => {
-                    profile.tiers.insert(tool_name.clone(), (tier_value, c.location(tier.span())));
-                }
-            }
-        }
+        profile_tiers(c, p, &mut profile, tools, servers);
         out.insert(pname.clone(), profile);
     }
     out
+}
+
+/// A profile's `tools`: `"*"` or a non-empty list of names and patterns, as a list.
+fn profile_tools(c: &mut Checker<'_>, pname: &str, p: &crate::schema::RawProfile) -> Option<Vec<String>> {
+    match p.tools.get_ref() {
+        toml::Value::String(s) => Some(vec![s.clone()]),
+        toml::Value::Array(items) if items.iter().all(toml::Value::is_str) && !items.is_empty() => {
+            Some(items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        }
+        _ => {
+            c.problem(
+                p.tools.span(),
+                format!(
+                    "profile {pname}: `tools` is \"*\" or a non-empty list of tool names and patterns, like \
+                     [\"read_file\", \"git_*\", \"server__*\"]"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Checks the entries of a profile's `tools`: how many, their characters, and
+/// that each name without a `*` is a tool of this policy or of a declared server.
+fn check_profile_entries(
+    c: &mut Checker<'_>,
+    pname: &str,
+    p: &crate::schema::RawProfile,
+    listed: &[String],
+    tools: &BTreeMap<String, ToolSpec>,
+    servers: &BTreeMap<String, ServerSpec>,
+) {
+    if listed.len() > MAX_TOOLS {
+        c.problem(
+            p.tools.span(),
+            format!("profile {pname}: {} entries in `tools` (at most {MAX_TOOLS})", listed.len()),
+        );
+    }
+    for entry in listed {
+        let bad_chars = !entry.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '*'));
+        if entry.is_empty() || entry.len() > 140 || bad_chars {
+            c.problem(
+                p.tools.span(),
+                format!("profile {pname}: {entry:?} is not a tool name or pattern (a-z, A-Z, 0-9, _, - and *)"),
+            );
+            continue;
+        }
+        if entry.contains('*') {
+            continue;
+        }
+        let declared = tools.contains_key(entry)
+            || entry
+                .split_once(SERVER_TOOL_SEPARATOR)
+                .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
+        if !declared {
+            let candidates = tools.keys().map(String::as_str);
+            let close = crate::profile::closest(entry, candidates);
+            c.problem(
+                p.tools.span(),
+                format!(
+                    "profile {pname}: no tool named {entry:?} in this policy{}",
+                    if close.is_empty() {
+                        " (a server's tools are SERVER__TOOL, or SERVER__* for all of them)".to_string()
+                    } else {
+                        format!("; did you mean {}?", close.join(", "))
+                    }
+                ),
+            );
+        }
+    }
+}
+
+/// Checks a profile's `tiers` and adds to `profile` each that names a tool it
+/// offers and is no less strict than the tool's own tier.
+fn profile_tiers(
+    c: &mut Checker<'_>,
+    p: &crate::schema::RawProfile,
+    profile: &mut Profile,
+    tools: &BTreeMap<String, ToolSpec>,
+    servers: &BTreeMap<String, ServerSpec>,
+) {
+    let pname = profile.name.clone();
+    for (tool, tier) in &p.tiers {
+        let (tool_name, tier_value) = (tool.get_ref(), *tier.get_ref());
+        if !profile.admits(tool_name) {
+            c.problem(
+                tool.span(),
+                format!(
+                    "profile {pname}: tiers.{tool_name} names a tool the profile does not offer; add it to \
+                     `tools` or remove the tier"
+                ),
+            );
+            continue;
+        }
+        let base = tools.get(tool_name).map(|t| (t.tier, t.location.as_str())).or_else(|| {
+            let (server, _) = tool_name.split_once(SERVER_TOOL_SEPARATOR)?;
+            servers.get(server).map(|s| (s.tier, s.location.as_str()))
+        });
+        match base {
+            None => {
+                let close = crate::profile::closest(tool_name, tools.keys().map(String::as_str));
+                c.problem(
+                    tool.span(),
+                    format!(
+                        "profile {pname}: tiers.{tool_name}: no such tool in this policy{}",
+                        if close.is_empty() { String::new() } else { format!("; did you mean {}?", close.join(", ")) }
+                    ),
+                );
+            }
+            Some((base, at)) if tier_value < base => c.problem(
+                tier.span(),
+                format!(
+                    "profile {pname}: tiers.{tool_name} = \"{tier_value}\" would relax the tool's tier \
+                     \"{base}\" ({at}); a profile may only make a tool stricter (auto < ask < confirm < deny)"
+                ),
+            ),
+            Some(_) => {
+                profile.tiers.insert(tool_name.clone(), (tier_value, c.location(tier.span())));
+            }
+        }
+    }
 }
 
 /// Server names: 1-32 characters of a-z, 0-9 and `-`, so that `NAME__TOOL` splits one way.
