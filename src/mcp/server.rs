@@ -394,7 +394,7 @@ impl ServerHandler for WardenServer {
         // A background tool takes its place among `max_jobs` before it is approved.
         let job_slot = match reserve_job(&shared, &name) {
             Ok(slot) => slot,
-            Err(refused) => return Ok(refused),
+            Err(e) => return Ok(no_job_slot(&name, &e)),
         };
         let cancel = Cancel::new();
         let mut on_drop = CancelOnDrop(cancel.clone(), false);
@@ -486,19 +486,21 @@ async fn acquire_slot(
     }
 }
 
-/// A place among `max_jobs` for a background tool (none for any other tool);
-/// when there is none left, the error result to answer with.
-fn reserve_job(shared: &Shared, name: &str) -> Result<Option<jobs::Slot>, CallToolResponse> {
+/// A place among `max_jobs` for a background tool (none for any other tool).
+fn reserve_job(shared: &Shared, name: &str) -> Result<Option<jobs::Slot>, crate::error::CallError> {
     let background = shared.jobs.as_ref().filter(|_| shared.executor.is_background(name));
-    background.map(|jobs| jobs.reserve()).transpose().map_err(|e| {
-        let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
-        r.structured_content = Some(serde_json::json!({
-            "status": "error",
-            "tool": name,
-            "error": e.to_json(),
-        }));
-        r.into()
-    })
+    background.map(|jobs| jobs.reserve()).transpose()
+}
+
+/// The error result of a background call that found no place among `max_jobs`.
+fn no_job_slot(name: &str, e: &crate::error::CallError) -> CallToolResponse {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
+    r.structured_content = Some(serde_json::json!({
+        "status": "error",
+        "tool": name,
+        "error": e.to_json(),
+    }));
+    r.into()
 }
 
 /// What the call's blocking thread needs: it asks for approval, runs the
