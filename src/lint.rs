@@ -495,6 +495,7 @@ fn finish(mut l: Linter<'_>) -> Vec<Finding> {
     l.findings
 }
 
+/// Lints one `[tools.NAME]` entry: each of its parts in turn.
 fn lint_tool(
     l: &mut Linter<'_>,
     name: &Spanned<String>,
@@ -507,16 +508,40 @@ fn lint_tool(
     let name = name.get_ref();
     let tier = t.tier.unwrap_or(default_tier);
     let process = t.exec.is_some();
-    let expand = |entry: &Spanned<String>| -> Option<PathBuf> {
-        let e = expand_text(entry.get_ref(), ctx, true).ok()?;
-        if e.starts_with("{tmp}") {
-            return None;
+    lint_writes(l, name, t, ctx, around);
+    lint_reads(l, name, t, ctx);
+    lint_hard_links(l, name, t, ctx, around);
+    lint_net(l, name, t, tier, process, around);
+    if let Some(exec) = &t.exec {
+        lint_exec(l, name, t, exec, tier);
+    }
+    lint_risky_keys(l, name, t);
+    lint_limits(l, name, t);
+    lint_shadowed(l, name, t);
+    for entry in &t.net.unix {
+        if let Some(daemon) = root_daemon(entry.get_ref()) {
+            l.add("WL119", entry.span(), format!("tool {name}: net.unix {:?} is {daemon}'s socket", entry.get_ref()));
         }
-        let p: PathBuf = Path::new(&e).components().collect();
-        p.is_absolute().then_some(p)
-    };
+    }
+    lint_description(l, name, tool, around);
+}
+
+/// A grant's path with its placeholders expanded, when it is an absolute path
+/// outside `{tmp}`.
+fn expand_grant(entry: &Spanned<String>, ctx: &Context) -> Option<PathBuf> {
+    let e = expand_text(entry.get_ref(), ctx, true).ok()?;
+    if e.starts_with("{tmp}") {
+        return None;
+    }
+    let p: PathBuf = Path::new(&e).components().collect();
+    p.is_absolute().then_some(p)
+}
+
+/// `fs.write` over the whole file system, the home directory or a parent of
+/// the workspace (WL101), or over warden's own files in best-effort mode (WL112).
+fn lint_writes(l: &mut Linter<'_>, name: &str, t: &RawTool, ctx: &Context, around: &Surroundings) {
     for entry in &t.fs.write {
-        if let Some(p) = expand(entry)
+        if let Some(p) = expand_grant(entry, ctx)
             && (p == Path::new("/") || covers(&p, &ctx.home) || (covers(&p, &ctx.workspace) && p != ctx.workspace))
         {
             let what = if p == Path::new("/") {
@@ -534,7 +559,7 @@ fn lint_tool(
     // may run a process tool without that namespace.
     let best_effort = l.best_effort;
     for entry in t.fs.write.iter().filter(|_| best_effort) {
-        let Some(p) = expand(entry) else { continue };
+        let Some(p) = expand_grant(entry, ctx) else { continue };
         let hit: Vec<String> = around
             .own_files
             .iter()
@@ -549,8 +574,13 @@ fn lint_tool(
             );
         }
     }
+}
+
+/// Grants that make the home directory readable (WL102), or that cover where
+/// host daemons keep their sockets (WL120).
+fn lint_reads(l: &mut Linter<'_>, name: &str, t: &RawTool, ctx: &Context) {
     for entry in t.fs.read.iter().chain(&t.fs.write) {
-        if let Some(p) = expand(entry)
+        if let Some(p) = expand_grant(entry, ctx)
             && covers(&p, &ctx.home)
         {
             l.add(
@@ -561,7 +591,7 @@ fn lint_tool(
         }
     }
     for entry in t.fs.read.iter().chain(&t.fs.write) {
-        let Some(p) = expand(entry) else { continue };
+        let Some(p) = expand_grant(entry, ctx) else { continue };
         if let Some(dir) = ["/run", "/var/run", "/run/user", "/tmp"].into_iter().find(|d| covers(&p, Path::new(d))) {
             l.add(
                 "WL120",
@@ -570,35 +600,44 @@ fn lint_tool(
             );
         }
     }
-    if let Some(scan) = around.hard_links {
-        let mut seen = Vec::new();
-        for entry in t.fs.read.iter().chain(&t.fs.write) {
-            // `{system}` holds the distribution's own hard links (one program under several names).
-            if entry.get_ref().contains("{system}") {
-                continue;
-            }
-            let Some(p) = expand(entry) else { continue };
-            if seen.contains(&p) {
-                continue;
-            }
-            let found = l.hard_links.entry(p.clone()).or_insert_with(|| scan(&p)).clone();
-            if let Some(h) = found {
-                l.add(
-                    "WL113",
-                    entry.span(),
-                    format!(
-                        "tool {name}: {:?} holds {}{} file(s) with a hard link outside it, for example {}: the tool \
-                         reaches each with this grant's rights, whatever the policy says of its other paths",
-                        entry.get_ref(),
-                        if h.complete { "" } else { "at least " },
-                        h.count,
-                        h.example.display()
-                    ),
-                );
-            }
-            seen.push(p);
+}
+
+/// Grants holding files with a hard link outside them (WL113), when the
+/// caller scans for them.
+fn lint_hard_links(l: &mut Linter<'_>, name: &str, t: &RawTool, ctx: &Context, around: &Surroundings) {
+    let Some(scan) = around.hard_links else { return };
+    let mut seen = Vec::new();
+    for entry in t.fs.read.iter().chain(&t.fs.write) {
+        // `{system}` holds the distribution's own hard links (one program under several names).
+        if entry.get_ref().contains("{system}") {
+            continue;
         }
+        let Some(p) = expand_grant(entry, ctx) else { continue };
+        if seen.contains(&p) {
+            continue;
+        }
+        let found = l.hard_links.entry(p.clone()).or_insert_with(|| scan(&p)).clone();
+        if let Some(h) = found {
+            l.add(
+                "WL113",
+                entry.span(),
+                format!(
+                    "tool {name}: {:?} holds {}{} file(s) with a hard link outside it, for example {}: the tool \
+                     reaches each with this grant's rights, whatever the policy says of its other paths",
+                    entry.get_ref(),
+                    if h.complete { "" } else { "at least " },
+                    h.count,
+                    h.example.display()
+                ),
+            );
+        }
+        seen.push(p);
     }
+}
+
+/// `net.connect` without a network namespace to enforce it (WL103), or wider
+/// than one domain at tier auto (WL117).
+fn lint_net(l: &mut Linter<'_>, name: &str, t: &RawTool, tier: Tier, process: bool, around: &Surroundings) {
     if process
         && let Some(first) = t.net.connect.first()
         && let Some(why) = &around.no_net_namespace
@@ -621,37 +660,45 @@ fn lint_tool(
             l.add("WL117", entry.span(), format!("tool {name}: net.connect {:?} {why}", entry.get_ref()));
         }
     }
-    if let Some(exec) = &t.exec {
-        let argv = exec.get_ref();
-        let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p)).unwrap_or("");
-        let interp =
-            INTERPRETERS.iter().any(|i| program == *i || (i.starts_with("python") && program.starts_with("python")));
-        let agent_chosen = argv.iter().any(|a| a.contains('{') && !a.contains("{tmp}") && a.contains('}'));
-        if tier == Tier::Auto && t.rule.is_empty() && interp && agent_chosen {
-            l.add(
-                "WL104",
-                exec.span(),
-                format!("tool {name}: {program} runs agent-chosen arguments at tier auto, with no rules"),
-            );
+}
+
+/// An interpreter running agent-chosen arguments at tier auto without rules
+/// (WL104), and auto rules not anchored at both ends (WL105).
+fn lint_exec(l: &mut Linter<'_>, name: &str, t: &RawTool, exec: &Spanned<Vec<String>>, tier: Tier) {
+    let argv = exec.get_ref();
+    let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p)).unwrap_or("");
+    let interp =
+        INTERPRETERS.iter().any(|i| program == *i || (i.starts_with("python") && program.starts_with("python")));
+    let agent_chosen = argv.iter().any(|a| a.contains('{') && !a.contains("{tmp}") && a.contains('}'));
+    if tier == Tier::Auto && t.rule.is_empty() && interp && agent_chosen {
+        l.add(
+            "WL104",
+            exec.span(),
+            format!("tool {name}: {program} runs agent-chosen arguments at tier auto, with no rules"),
+        );
+    }
+    for r in &t.rule {
+        if r.get_ref().tier != Tier::Auto {
+            continue;
         }
-        for r in &t.rule {
-            if r.get_ref().tier != Tier::Auto {
-                continue;
-            }
-            for (key, pattern) in &r.get_ref().when {
-                let p = pattern.get_ref();
-                let start = p.starts_with('^') || p.starts_with("\\A");
-                let end = (p.ends_with('$') && !p.ends_with("\\$")) || p.ends_with("\\z");
-                if !(start && end) {
-                    l.add(
-                        "WL105",
-                        pattern.span(),
-                        format!("tool {name}: the auto rule on `{key}` is not anchored at both ends: {p:?}"),
-                    );
-                }
+        for (key, pattern) in &r.get_ref().when {
+            let p = pattern.get_ref();
+            let start = p.starts_with('^') || p.starts_with("\\A");
+            let end = (p.ends_with('$') && !p.ends_with("\\$")) || p.ends_with("\\z");
+            if !(start && end) {
+                l.add(
+                    "WL105",
+                    pattern.span(),
+                    format!("tool {name}: the auto rule on `{key}` is not anchored at both ends: {p:?}"),
+                );
             }
         }
     }
+}
+
+/// Keys that open something of the host to the tool: a secret in `env.pass`
+/// (WL107), `inotify` (WL115), `fs.unprotect` (WL116), `sysv_ipc` (WL114).
+fn lint_risky_keys(l: &mut Linter<'_>, name: &str, t: &RawTool) {
     for v in &t.env.pass {
         if is_secret_name(v.get_ref()) {
             l.add("WL107", v.span(), format!("tool {name}: env.pass hands {} to the tool", v.get_ref()));
@@ -681,21 +728,19 @@ fn lint_tool(
             format!("tool {name}: sysv_ipc = true opens the host's SysV IPC to the tool without root"),
         );
     }
-    lint_limits(l, name, t);
-    lint_shadowed(l, name, t);
-    for entry in &t.net.unix {
-        if let Some(daemon) = root_daemon(entry.get_ref()) {
-            l.add("WL119", entry.span(), format!("tool {name}: net.unix {:?} is {daemon}'s socket", entry.get_ref()));
-        }
-    }
-    match &t.description {
+}
+
+/// A description that reads like instructions to the agent (WL111): the
+/// policy's own, or else its plugin's.
+fn lint_description(l: &mut Linter<'_>, name: &str, tool: &Spanned<RawTool>, around: &Surroundings) {
+    match &tool.get_ref().description {
         Some(d) => {
             if let Some(why) = poisoning(d.get_ref()) {
                 l.add("WL111", d.span(), format!("tool {name}: its policy description {why}"));
             }
         }
         None => {
-            if let Some(why) = around.descriptions.get(name.as_str()).and_then(|d| poisoning(d)) {
+            if let Some(why) = around.descriptions.get(name).and_then(|d| poisoning(d)) {
                 l.add("WL111", tool.span(), format!("tool {name}: its plugin's description {why}"));
             }
         }

@@ -128,128 +128,13 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
         .map(|e| {
             let (runtime, layers, missing) = match &e.spec.runner {
                 Runner::Process(_) | Runner::Server(_) => {
-                    let first = if matches!(e.spec.runner, Runner::Server(_)) {
-                        "MCP server: one long-running process in its own session"
-                    } else {
-                        "separate process in its own session"
-                    };
-                    let mut layers = vec![first.to_string(), "rlimits".into()];
+                    let mut layers = Vec::new();
                     let mut missing = Vec::new();
-                    if host.landlock_abi >= 1 {
-                        layers.push(format!("Landlock ABI {}", host.landlock_abi.min(6)));
-                    }
-                    if host.landlock_abi < MIN_ENFORCED_ABI {
-                        missing
-                            .push(format!("Landlock ABI {MIN_ENFORCED_ABI} (this kernel has {})", host.landlock_abi));
-                    }
-                    if host.seccomp {
-                        layers.push("seccomp filter".into());
-                    } else {
-                        missing.push("seccomp".into());
-                    }
-                    if host.root {
-                        layers.push("capabilities dropped, securebits locked".into());
-                        if pids {
-                            layers.push("pids cgroup".into());
-                        } else {
-                            missing.push("a pids cgroup (as root, RLIMIT_NPROC does not apply)".into());
-                        }
-                    }
-                    if e.spec.grants.paths.iter().any(|p| matches!(p.path, crate::policy::GrantPath::Tmp(_))) {
-                        layers.push(if host.root {
-                            format!(
-                                "{{tmp}} a tmpfs of its own ({}, {} files)",
-                                crate::policy::units::format_size(e.spec.limits.tmp_size),
-                                e.spec.limits.tmp_files
-                            )
-                        } else {
-                            "{tmp} a plain directory (no quota without root)".into()
-                        });
-                    }
-                    layers.push(if host.root {
-                        "memory: a cgroup of its own (memfd, shared memory and {tmp} pages count)".into()
-                    } else {
-                        "memory: rlimits only (address space; memfd pages bounded per file by limits.file_size)".into()
-                    });
-                    layers.push(
-                        match (host.root, e.spec.grants.sysv_ipc) {
-                            (true, _) => "IPC: a private namespace",
-                            (false, true) => "IPC: the host's SysV IPC and message queues (sysv_ipc = true)",
-                            (false, false) => "IPC: SysV IPC and message queues refused",
-                        }
-                        .into(),
-                    );
-                    // File metadata (mode, owner, times, xattrs) outside the write grants.
-                    match (namespace_refusal(), host.root) {
-                        (None, _) => layers.push(
-                            "file metadata: every mount but the call's own read-only (chmod, utime, xattrs refused \
-                             outside the write grants, at every uid)"
-                                .into(),
-                        ),
-                        (Some(_), true) => {
-                            layers.push("file metadata: chmod, chown and xattrs refused to uid 0 (seccomp)".into())
-                        }
-                        (Some(why), false) => missing.push(format!(
-                            "a read-only view for file metadata ({why}): the tool may change the mode and times of \
-                             any file its uid owns"
-                        )),
-                    }
-                    if e.spec.grants.writes() && namespace_refusal().is_none() {
-                        layers.push(
-                            "writes: a layer per write grant, each change judged before it reaches the host".into(),
-                        );
-                    }
-                    match crate::runtime::protect::preview(&e.spec) {
-                        Ok(p) if p.is_empty() => {}
-                        Ok(p) => match namespace_refusal() {
-                            None => layers.push(format!(
-                                "protected and denied paths ({}): read-only binds and masks in a mount namespace",
-                                p.rules.len()
-                                    + p.patterns.iter().filter(|x| !p.rules.iter().any(|r| r.why == x.why)).count()
-                            )),
-                            Some(why) => {
-                                missing.push(format!("a mount namespace for its protected and denied paths ({why})"))
-                            }
-                        },
-                        Err(why) => missing.push(format!("its protected and denied paths: {why}")),
-                    }
-                    // The egress mechanism.
-                    match (namespace_refusal(), e.spec.grants.net.is_empty()) {
-                        (None, true) => layers.push("network: a namespace of its own, loopback only".into()),
-                        (None, false) => layers.push(format!(
-                            "network: a namespace of its own whose one way out is warden's egress proxy \
-                             (each connection checked against {} grant(s) by host and port, names resolved by \
-                             warden, private addresses {}; no DNS or UDP out)",
-                            e.spec.grants.net.len(),
-                            if e.spec.grants.allow_private { "admitted (net.allow_private)" } else { "refused" }
-                        )),
-                        (Some(_), true) => layers.push("network: no sockets (seccomp)".into()),
-                        (Some(why), false) => missing.push(format!(
-                            "a network namespace for its net.connect grants ({why}); without one Landlock admits \
-                             every host on the granted ports"
-                        )),
-                    }
+                    process_host_layers(&e.spec, host, pids, &mut layers, &mut missing);
+                    process_namespace_layers(&e.spec, host, &mut layers, &mut missing);
                     (e.spec.runtime(), layers, missing)
                 }
-                Runner::Plugin(_) | Runner::Command(_) => {
-                    let mut layers = vec![
-                        "WebAssembly component (no ambient authority)".to_string(),
-                        "granted directories only (preopens)".into(),
-                        "memory limiter".into(),
-                        "epoch deadline".into(),
-                    ];
-                    if !e.spec.grants.deny.is_empty() || e.spec.grants.writes() {
-                        layers.push("protected and denied paths refused by warden's WASI host".into());
-                    }
-                    layers.push(if e.spec.grants.net.is_empty() {
-                        "no sockets".into()
-                    } else {
-                        "network: warden's WASI host admits sockets to granted addresses only (names resolved by \
-                         warden, private addresses refused unless granted literally or net.allow_private)"
-                            .into()
-                    });
-                    ("component", layers, Vec::new())
-                }
+                Runner::Plugin(_) | Runner::Command(_) => ("component", component_layers(&e.spec), Vec::new()),
             };
             let verdict = if e.state.is_err() {
                 "unavailable"
@@ -263,6 +148,140 @@ pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec
             ToolLayers { tool: e.spec.name.clone(), runtime, layers, missing, verdict }
         })
         .collect()
+}
+
+/// A process tool's layers that need no namespace: its session, rlimits,
+/// Landlock, seccomp, root's extras, `{tmp}`, memory and IPC.
+fn process_host_layers(
+    spec: &crate::policy::ToolSpec,
+    host: &HostReport,
+    pids: bool,
+    layers: &mut Vec<String>,
+    missing: &mut Vec<String>,
+) {
+    let first = if matches!(spec.runner, Runner::Server(_)) {
+        "MCP server: one long-running process in its own session"
+    } else {
+        "separate process in its own session"
+    };
+    layers.extend([first.to_string(), "rlimits".into()]);
+    if host.landlock_abi >= 1 {
+        layers.push(format!("Landlock ABI {}", host.landlock_abi.min(6)));
+    }
+    if host.landlock_abi < MIN_ENFORCED_ABI {
+        missing.push(format!("Landlock ABI {MIN_ENFORCED_ABI} (this kernel has {})", host.landlock_abi));
+    }
+    if host.seccomp {
+        layers.push("seccomp filter".into());
+    } else {
+        missing.push("seccomp".into());
+    }
+    if host.root {
+        layers.push("capabilities dropped, securebits locked".into());
+        if pids {
+            layers.push("pids cgroup".into());
+        } else {
+            missing.push("a pids cgroup (as root, RLIMIT_NPROC does not apply)".into());
+        }
+    }
+    if spec.grants.paths.iter().any(|p| matches!(p.path, crate::policy::GrantPath::Tmp(_))) {
+        layers.push(if host.root {
+            format!(
+                "{{tmp}} a tmpfs of its own ({}, {} files)",
+                crate::policy::units::format_size(spec.limits.tmp_size),
+                spec.limits.tmp_files
+            )
+        } else {
+            "{tmp} a plain directory (no quota without root)".into()
+        });
+    }
+    layers.push(if host.root {
+        "memory: a cgroup of its own (memfd, shared memory and {tmp} pages count)".into()
+    } else {
+        "memory: rlimits only (address space; memfd pages bounded per file by limits.file_size)".into()
+    });
+    layers.push(
+        match (host.root, spec.grants.sysv_ipc) {
+            (true, _) => "IPC: a private namespace",
+            (false, true) => "IPC: the host's SysV IPC and message queues (sysv_ipc = true)",
+            (false, false) => "IPC: SysV IPC and message queues refused",
+        }
+        .into(),
+    );
+}
+
+/// A process tool's layers that need its mount and network namespaces: file
+/// metadata, write layers, protected and denied paths, and egress.
+fn process_namespace_layers(
+    spec: &crate::policy::ToolSpec,
+    host: &HostReport,
+    layers: &mut Vec<String>,
+    missing: &mut Vec<String>,
+) {
+    // File metadata (mode, owner, times, xattrs) outside the write grants.
+    match (namespace_refusal(), host.root) {
+        (None, _) => layers.push(
+            "file metadata: every mount but the call's own read-only (chmod, utime, xattrs refused \
+             outside the write grants, at every uid)"
+                .into(),
+        ),
+        (Some(_), true) => layers.push("file metadata: chmod, chown and xattrs refused to uid 0 (seccomp)".into()),
+        (Some(why), false) => missing.push(format!(
+            "a read-only view for file metadata ({why}): the tool may change the mode and times of \
+             any file its uid owns"
+        )),
+    }
+    if spec.grants.writes() && namespace_refusal().is_none() {
+        layers.push("writes: a layer per write grant, each change judged before it reaches the host".into());
+    }
+    match crate::runtime::protect::preview(spec) {
+        Ok(p) if p.is_empty() => {}
+        Ok(p) => match namespace_refusal() {
+            None => layers.push(format!(
+                "protected and denied paths ({}): read-only binds and masks in a mount namespace",
+                p.rules.len() + p.patterns.iter().filter(|x| !p.rules.iter().any(|r| r.why == x.why)).count()
+            )),
+            Some(why) => missing.push(format!("a mount namespace for its protected and denied paths ({why})")),
+        },
+        Err(why) => missing.push(format!("its protected and denied paths: {why}")),
+    }
+    // The egress mechanism.
+    match (namespace_refusal(), spec.grants.net.is_empty()) {
+        (None, true) => layers.push("network: a namespace of its own, loopback only".into()),
+        (None, false) => layers.push(format!(
+            "network: a namespace of its own whose one way out is warden's egress proxy \
+             (each connection checked against {} grant(s) by host and port, names resolved by \
+             warden, private addresses {}; no DNS or UDP out)",
+            spec.grants.net.len(),
+            if spec.grants.allow_private { "admitted (net.allow_private)" } else { "refused" }
+        )),
+        (Some(_), true) => layers.push("network: no sockets (seccomp)".into()),
+        (Some(why), false) => missing.push(format!(
+            "a network namespace for its net.connect grants ({why}); without one Landlock admits \
+             every host on the granted ports"
+        )),
+    }
+}
+
+/// A component tool's layers (it lacks none).
+fn component_layers(spec: &crate::policy::ToolSpec) -> Vec<String> {
+    let mut layers = vec![
+        "WebAssembly component (no ambient authority)".to_string(),
+        "granted directories only (preopens)".into(),
+        "memory limiter".into(),
+        "epoch deadline".into(),
+    ];
+    if !spec.grants.deny.is_empty() || spec.grants.writes() {
+        layers.push("protected and denied paths refused by warden's WASI host".into());
+    }
+    layers.push(if spec.grants.net.is_empty() {
+        "no sockets".into()
+    } else {
+        "network: warden's WASI host admits sockets to granted addresses only (names resolved by \
+         warden, private addresses refused unless granted literally or net.allow_private)"
+            .into()
+    });
+    layers
 }
 
 impl Report {

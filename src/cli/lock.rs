@@ -14,10 +14,13 @@ use super::session::{Session, cache_dir};
 use super::{Failure, fail};
 use crate::error::ErrorCode;
 
+/// Every definition, by the line `changes` names it with: its owner, the name
+/// the catalog offers, the definition.
+type Found<'a> = BTreeMap<String, (crate::lock::Owner<'a>, String, crate::runtime::ToolDef)>;
+
 /// `warden lock [--check | --show TOOL]`.
 pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, Failure> {
-    use crate::lock::{Lock, Owner};
-    use crate::policy::{PluginKind, PluginSource};
+    use crate::lock::Lock;
     let ctx = s.context()?;
     let policy = s.load_policy(&ctx)?;
     let Some(path) = policy.lock_path.clone() else {
@@ -29,8 +32,29 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     };
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let mut new = Lock::new();
-    // Every definition, by the line `changes` names it with: its owner, the name the catalog offers, the definition.
-    let mut found: BTreeMap<String, (Owner<'_>, String, crate::runtime::ToolDef)> = BTreeMap::new();
+    let mut found: Found<'_> = BTreeMap::new();
+    pin_plugins(&policy, &runtime, &mut new, &mut found)?;
+    pin_servers(&policy, &mut new, &mut found)?;
+    let old = existing_lock(&path);
+    if let Some(tool) = show {
+        return show_tool(tool, &found, old.as_ref(), &new);
+    }
+    print_changes(&found, old.as_ref(), &new);
+    if refuse_poisoned(&policy, &found, &path) {
+        return Ok(1);
+    }
+    check_or_write(check, &path, old.as_ref(), &new)
+}
+
+/// Loads the policy's plugins (not builtin, not commands) and pins their tools.
+fn pin_plugins<'a>(
+    policy: &'a crate::policy::Policy,
+    runtime: &ComponentRuntime,
+    new: &mut crate::lock::Lock,
+    found: &mut Found<'a>,
+) -> Result<(), Failure> {
+    use crate::lock::Owner;
+    use crate::policy::{PluginKind, PluginSource};
     for p in policy.plugins.values() {
         if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
             continue;
@@ -42,7 +66,17 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
             found.insert(format!("plugin {}: {}", p.name, t.name), (Owner::Plugin(&p.name), t.name.clone(), t.clone()));
         }
     }
-    let servers = ServerPool::new(crate::runtime::process::default_helper(), &policy);
+    Ok(())
+}
+
+/// Starts the policy's servers, asks each for its tools and pins them.
+fn pin_servers<'a>(
+    policy: &'a crate::policy::Policy,
+    new: &mut crate::lock::Lock,
+    found: &mut Found<'a>,
+) -> Result<(), Failure> {
+    use crate::lock::Owner;
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy);
     for s in policy.servers.values() {
         let defs = servers.definitions(s).map_err(|e| {
             fail(
@@ -56,48 +90,63 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
             found.insert(format!("server {}: {}", s.name, t.name), (owner, owner.tool_name(&t.name), t.clone()));
         }
     }
-    let old = match Pins::load(Some(&path)) {
+    Ok(())
+}
+
+/// The lock file as it is, if it can be read (a note says when it cannot).
+fn existing_lock(path: &Path) -> Option<crate::lock::Lock> {
+    match Pins::load(Some(path)) {
         Pins::Loaded(_, lock) => Some(lock),
         Pins::Broken(_, why) => {
             eprintln!("note: the existing {} cannot be read ({why}); it is replaced", path.display());
             None
         }
         Pins::Missing(_) | Pins::Unchecked => None,
-    };
-    if let Some(tool) = show {
-        let Some((key, (owner, name, def))) = found.iter().find(|(_, (_, name, d))| name == tool || d.name == tool)
-        else {
-            let names: Vec<&str> = found.values().map(|(_, n, _)| n.as_str()).collect();
-            return Err(fail(
-                ErrorCode::InvalidArgs,
-                format!("no plugin or server of this policy offers {tool:?} (they offer: {})", names.join(", ")),
-            ));
-        };
-        let (added, changed, _) = old.clone().unwrap_or_else(Lock::new).changes(&new);
-        let status = if added.contains(key) {
-            "new: not in warden.lock"
-        } else if changed.contains(key) {
-            "CHANGED since warden.lock was written"
-        } else {
-            "pinned in warden.lock"
-        };
-        println!("{name} ({key}): {status}");
-        show_definition(def);
-        if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) {
-            println!("POISONING: {} (refused unless the policy replaces it; see `warden audit`, WL111)", p.why);
-        }
-        if changed.contains(key) {
-            show_change(old.as_ref().and_then(|o| o.accepted(*owner, &def.name)), def);
-        }
-        return Ok(0);
     }
-    let (added, changed, removed) = old.clone().unwrap_or_else(Lock::new).changes(&new);
+}
+
+/// `--show TOOL`: one definition, whether it is pinned, and its change if any.
+fn show_tool(
+    tool: &str,
+    found: &Found<'_>,
+    old: Option<&crate::lock::Lock>,
+    new: &crate::lock::Lock,
+) -> Result<u8, Failure> {
+    let Some((key, (owner, name, def))) = found.iter().find(|(_, (_, name, d))| name == tool || d.name == tool) else {
+        let names: Vec<&str> = found.values().map(|(_, n, _)| n.as_str()).collect();
+        return Err(fail(
+            ErrorCode::InvalidArgs,
+            format!("no plugin or server of this policy offers {tool:?} (they offer: {})", names.join(", ")),
+        ));
+    };
+    let (added, changed, _) = old.cloned().unwrap_or_else(crate::lock::Lock::new).changes(new);
+    let status = if added.contains(key) {
+        "new: not in warden.lock"
+    } else if changed.contains(key) {
+        "CHANGED since warden.lock was written"
+    } else {
+        "pinned in warden.lock"
+    };
+    println!("{name} ({key}): {status}");
+    show_definition(def);
+    if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) {
+        println!("POISONING: {} (refused unless the policy replaces it; see `warden audit`, WL111)", p.why);
+    }
+    if changed.contains(key) {
+        show_change(old.and_then(|o| o.accepted(*owner, &def.name)), def);
+    }
+    Ok(0)
+}
+
+/// Prints each definition that is new, changed or removed since the lock file.
+fn print_changes(found: &Found<'_>, old: Option<&crate::lock::Lock>, new: &crate::lock::Lock) {
+    let (added, changed, removed) = old.cloned().unwrap_or_else(crate::lock::Lock::new).changes(new);
     for (what, list) in [("new", &added), ("CHANGED", &changed), ("removed", &removed)] {
         for t in list {
             println!("{what:<8} {}", crate::shape::sanitize_str(t));
             let Some((owner, _, def)) = found.get(t) else { continue };
             if what == "CHANGED" {
-                show_change(old.as_ref().and_then(|o| o.accepted(*owner, &def.name)), def);
+                show_change(old.and_then(|o| o.accepted(*owner, &def.name)), def);
             } else {
                 let shown: String = crate::shape::sanitize_str(&def.description).chars().take(400).collect();
                 let more = if def.description.chars().count() > 400 { "…" } else { "" };
@@ -105,28 +154,43 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
             }
         }
     }
-    // Definitions that address the model are never accepted silently.
+}
+
+/// Whether a definition addresses the model and the policy does not answer it
+/// (then each is printed, and the lock file is not written): such a
+/// definition is never accepted silently.
+fn refuse_poisoned(policy: &crate::policy::Policy, found: &Found<'_>, path: &Path) -> bool {
     let mut poisoned = Vec::new();
-    for (key, (_, name, def)) in &found {
+    for (key, (_, name, def)) in found {
         let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) else { continue };
         if p.answered_by(policy.tools.get(name)) {
             continue;
         }
         poisoned.push(format!("{key}: {} (tool poisoning)", p.why));
     }
-    if !poisoned.is_empty() {
-        for p in &poisoned {
-            println!("REFUSED  {}", crate::shape::sanitize_str(p));
-        }
-        println!(
-            "{} not written: read each with `warden lock --show TOOL`; replace a poisoned description with the \
-             policy's own ([tools.\"TOOL\"] description = \"…\") or deny the tool (tier = \"deny\")",
-            path.display()
-        );
-        return Ok(1);
+    if poisoned.is_empty() {
+        return false;
     }
+    for p in &poisoned {
+        println!("REFUSED  {}", crate::shape::sanitize_str(p));
+    }
+    println!(
+        "{} not written: read each with `warden lock --show TOOL`; replace a poisoned description with the \
+         policy's own ([tools.\"TOOL\"] description = \"…\") or deny the tool (tier = \"deny\")",
+        path.display()
+    );
+    true
+}
+
+/// `--check`: whether the lock file pins `new` already; else writes it.
+fn check_or_write(
+    check: bool,
+    path: &Path,
+    old: Option<&crate::lock::Lock>,
+    new: &crate::lock::Lock,
+) -> Result<u8, Failure> {
     let tools: usize = new.plugins.values().chain(new.servers.values()).map(|t| t.len()).sum();
-    let up_to_date = old.as_ref().is_some_and(|o| o.same_pins(&new));
+    let up_to_date = old.is_some_and(|o| o.same_pins(new));
     if check {
         if up_to_date {
             println!("{} is up to date: {tools} tool definition(s)", path.display());
@@ -139,7 +203,7 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
         );
         return Ok(1);
     }
-    write_atomically(&path, new.to_text().as_bytes())
+    write_atomically(path, new.to_text().as_bytes())
         .map_err(|e| fail(ErrorCode::Internal, format!("cannot write {}: {e}", path.display())))?;
     println!(
         "wrote {}: {} plugin(s), {} server(s), {tools} tool definition(s){}",

@@ -292,40 +292,23 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 /// Serves MCP on `options.addr` until SIGINT or SIGTERM.
 pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), String> {
     let limits = Limits::new(raise_nofile())?;
-    let listener = listen(options.addr)
-        .map_err(|e| format!("cannot listen on {}: {e} (pick another --http address)", options.addr))?;
-    let local = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
-    if !local.ip().is_loopback() {
-        tracing::warn!(
-            "listening on {local}, which is not loopback: anyone who can reach it and holds the token can call tools"
-        );
-    }
-    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-    if !local.ip().is_unspecified() {
-        hosts.push(local.ip().to_string());
-    }
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_sse_keep_alive(None)
-        .with_allowed_hosts(hosts)
-        .with_max_request_body_bytes(MAX_BODY_BYTES);
-    // Jobs belong to the bearer token (there is one per server).
-    let owner: Arc<str> =
-        Arc::from(format!("token:{}", &hex::encode(sha2::Sha256::digest(options.token.as_bytes()))[..32]));
+    let (listener, local) = bind(options.addr)?;
     let legacy = shared.legacy_tasks();
-    let mcp = StreamableHttpService::new(
-        move || Ok(WardenServer::new(shared.clone(), false, owner.clone())),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
+    let mcp = mcp_service(shared, local, &options.token);
     eprintln!("warden: serving MCP at http://{local}/mcp");
     tracing::debug!("HTTP limits: {limits:?}");
-    let token: Arc<str> = Arc::from(options.token);
-    let origins: Arc<[String]> = Arc::from(options.allowed_origins);
     let registry = Arc::new(Registry::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.idle_timeout);
+    let kit = ConnectionKit {
+        mcp,
+        token: Arc::from(options.token),
+        origins: Arc::from(options.allowed_origins),
+        registry: registry.clone(),
+        legacy,
+        builder,
+        header_timeout: limits.header_timeout,
+    };
     // SIGTERM, SIGINT or SIGHUP ends `serve` (its cleanup runs after this returns).
     let signalled = super::signalled();
     tokio::pin!(signalled);
@@ -351,13 +334,7 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
                 stream
             }
             Err(e) => {
-                // Out of descriptors or memory: the pending connection stays in
-                // the backlog, so retrying at once would spin. Pause instead.
-                let pause = backoff.map_or(ACCEPT_BACKOFF_MIN, |b| (b * 2).min(ACCEPT_BACKOFF_MAX));
-                backoff = Some(pause);
-                if let Some(n) = accept_errors.hit() {
-                    tracing::warn!("accept failed: {e}; retrying in up to {ACCEPT_BACKOFF_MAX:?}{}", suppressed(n));
-                }
+                let pause = accept_failed(&e, &mut backoff, &mut accept_errors);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = &mut signalled => return Ok(()),
@@ -367,71 +344,160 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
         };
         next_id += 1;
         let id = next_id;
-        let close = match registry.admit(id, limits.max_connections) {
-            Admission::Admitted { close, evicted } => {
-                if evicted && let Some(n) = evictions.hit() {
-                    tracing::warn!(
-                        "{} connections open (the cap): closed the oldest one without an authenticated request in progress{}",
-                        limits.max_connections,
-                        suppressed(n)
-                    );
-                }
-                close
-            }
-            Admission::Refused => {
-                if let Some(n) = refusals.hit() {
-                    tracing::warn!(
-                        "all {} connections are busy with authenticated calls: refused a new one{}",
-                        limits.max_connections,
-                        suppressed(n)
-                    );
-                }
-                drop((stream, permit));
-                continue;
-            }
+        let Some(close) = admit(&registry, id, limits.max_connections, &mut evictions, &mut refusals) else {
+            drop((stream, permit));
+            continue;
         };
         let held = Held(registry.clone(), id);
+        tokio::spawn(serve_connection(kit.clone(), Accepted { stream, permit, held, close, id }));
+    }
+}
+
+/// Listens on `addr`; the bound address, with a warning when it is not loopback.
+fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), String> {
+    let listener = listen(addr).map_err(|e| format!("cannot listen on {addr}: {e} (pick another --http address)"))?;
+    let local = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {local}, which is not loopback: anyone who can reach it and holds the token can call tools"
+        );
+    }
+    Ok((listener, local))
+}
+
+/// rmcp's stateless, JSON-answering service over `shared`, for the hosts that
+/// name `local`; its jobs belong to `token`.
+fn mcp_service(
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    token: &str,
+) -> StreamableHttpService<WardenServer, NeverSessionManager> {
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    if !local.ip().is_unspecified() {
+        hosts.push(local.ip().to_string());
+    }
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_allowed_hosts(hosts)
+        .with_max_request_body_bytes(MAX_BODY_BYTES);
+    // Jobs belong to the bearer token (there is one per server).
+    let owner: Arc<str> = Arc::from(format!("token:{}", &hex::encode(sha2::Sha256::digest(token.as_bytes()))[..32]));
+    StreamableHttpService::new(
+        move || Ok(WardenServer::new(shared.clone(), false, owner.clone())),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// The pause after a failed `accept` (doubling on each failure in a row),
+/// reported at most once per [`WARN_INTERVAL`].
+fn accept_failed(e: &std::io::Error, backoff: &mut Option<Duration>, errors: &mut Throttle) -> Duration {
+    // Out of descriptors or memory: the pending connection stays in
+    // the backlog, so retrying at once would spin. Pause instead.
+    let pause = backoff.map_or(ACCEPT_BACKOFF_MIN, |b| (b * 2).min(ACCEPT_BACKOFF_MAX));
+    *backoff = Some(pause);
+    if let Some(n) = errors.hit() {
+        tracing::warn!("accept failed: {e}; retrying in up to {ACCEPT_BACKOFF_MAX:?}{}", suppressed(n));
+    }
+    pause
+}
+
+/// Admits connection `id` under the cap: its close switch, or `None` when it
+/// is refused. Evictions and refusals are reported, throttled.
+fn admit(
+    registry: &Registry,
+    id: u64,
+    cap: usize,
+    evictions: &mut Throttle,
+    refusals: &mut Throttle,
+) -> Option<CancellationToken> {
+    match registry.admit(id, cap) {
+        Admission::Admitted { close, evicted } => {
+            if evicted && let Some(n) = evictions.hit() {
+                tracing::warn!(
+                    "{} connections open (the cap): closed the oldest one without an authenticated request in progress{}",
+                    cap,
+                    suppressed(n)
+                );
+            }
+            Some(close)
+        }
+        Admission::Refused => {
+            if let Some(n) = refusals.hit() {
+                tracing::warn!(
+                    "all {} connections are busy with authenticated calls: refused a new one{}",
+                    cap,
+                    suppressed(n)
+                );
+            }
+            None
+        }
+    }
+}
+
+/// What every connection's task shares.
+#[derive(Clone)]
+struct ConnectionKit {
+    mcp: StreamableHttpService<WardenServer, NeverSessionManager>,
+    token: Arc<str>,
+    origins: Arc<[String]>,
+    registry: Arc<Registry>,
+    legacy: Option<Arc<Legacy>>,
+    builder: hyper::server::conn::http1::Builder,
+    header_timeout: Duration,
+}
+
+/// One admitted connection: its socket, its place among the sockets and in
+/// the registry, and its close switch.
+struct Accepted {
+    stream: tokio::net::TcpStream,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    held: Held,
+    close: CancellationToken,
+    id: u64,
+}
+
+/// Serves one connection until it ends, is evicted, or sends no authenticated
+/// request within the header timeout.
+async fn serve_connection(kit: ConnectionKit, accepted: Accepted) {
+    let ConnectionKit { mcp, token, origins, registry, legacy, builder, header_timeout } = kit;
+    let Accepted { stream, permit, held, close, id } = accepted;
+    let _counted = permit;
+    let _held = held;
+    let conn_registry = registry.clone();
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
         let legacy = legacy.clone();
-        let builder = builder.clone();
-        let header_timeout = limits.header_timeout;
-        tokio::spawn(async move {
-            let _counted = permit;
-            let _held = held;
-            let conn_registry = registry.clone();
-            let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let (mcp, token, origins, registry) = (mcp.clone(), token.clone(), origins.clone(), registry.clone());
-                let legacy = legacy.clone();
-                async move {
-                    let gates = Gates { mcp: &mcp, token: &token, origins: &origins, registry: &registry, legacy };
-                    Ok::<_, Infallible>(gate(req, gates, id).await)
+        async move {
+            let gates = Gates { mcp: &mcp, token: &token, origins: &origins, registry: &registry, legacy };
+            Ok::<_, Infallible>(gate(req, gates, id).await)
+        }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let deadline = tokio::time::sleep(header_timeout);
+    tokio::pin!(deadline);
+    let mut before_auth = true;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!("connection ended: {e}");
                 }
-            });
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let deadline = tokio::time::sleep(header_timeout);
-            tokio::pin!(deadline);
-            let mut before_auth = true;
-            loop {
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!("connection ended: {e}");
-                        }
-                        return;
-                    }
-                    // Evicted: dropping the connection closes the socket.
-                    () = close.cancelled() => return,
-                    () = &mut deadline, if before_auth => {
-                        if !conn_registry.authed(id) {
-                            tracing::debug!("connection closed: no authenticated request within {header_timeout:?}");
-                            return;
-                        }
-                        before_auth = false;
-                    }
-                }
+                return;
             }
-        });
+            // Evicted: dropping the connection closes the socket.
+            () = close.cancelled() => return,
+            () = &mut deadline, if before_auth => {
+                if !conn_registry.authed(id) {
+                    tracing::debug!("connection closed: no authenticated request within {header_timeout:?}");
+                    return;
+                }
+                before_auth = false;
+            }
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use super::legacy_tasks::Legacy;
 use super::logging::{Logger, SessionLevel};
 use super::{tasks, tools};
 use warden_core::approval::{Request, Verdict};
-use warden_core::executor::{Begun, CallHooks, CallResponse, Executor, ToolCall};
+use warden_core::executor::{Begun, CallHooks, CallResponse, Executor, Ready, ToolCall};
 use warden_runtime::{Cancel, Progress, ProgressSink};
 
 /// The most calls one server runs at once; more wait for a slot.
@@ -156,6 +156,54 @@ impl WardenServer {
                 Ok(r.into())
             }
             None => Ok(CallToolResponse::Task(tasks::created(&view))),
+        }
+    }
+
+    /// Calls one of warden's own job tools on a thread of its own.
+    async fn call_job_tool(
+        &self,
+        jobs: Arc<Jobs>,
+        name: String,
+        request: &CallToolRequestParams,
+    ) -> Result<CallToolResponse, McpError> {
+        let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
+        let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
+            .await
+            .map_err(|e| McpError::internal_error(format!("the job tool's thread failed: {e}"), None))?;
+        answer.map(Into::into).ok_or_else(|| McpError::internal_error("not a job tool", None))
+    }
+
+    /// Who answers this call's approvals: `None` when the executor's own
+    /// approver does (`--approve yes|deny`).
+    fn asker(&self, request: &CallToolRequestParams, context: &RequestContext<RoleServer>) -> Option<Asker> {
+        let shared = &self.shared;
+        let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
+        let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
+        if shared.approver_only {
+            None
+        } else if !can_elicit {
+            Some(Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)"))
+        } else if modern {
+            Some(Asker::Stateless(Arc::new(Stateless {
+                state: request.request_state.clone(),
+                responses: request.input_responses.clone(),
+                sealer: shared.sealer.clone(),
+                grants: self.grants.clone(),
+                input_required: Default::default(),
+            })))
+        } else if let Some(grants) = &self.grants {
+            Some(Asker::Live(Live {
+                handle: tokio::runtime::Handle::current(),
+                peer: context.peer.clone(),
+                cancelled: context.ct.clone(),
+                sealer: shared.sealer.clone(),
+                grants: grants.clone(),
+            }))
+        } else {
+            Some(Asker::Nobody(
+                "this MCP client uses the legacy protocol over stateless HTTP, where warden cannot ask it \
+                 (use the 2026-07-28 protocol or stdio)",
+            ))
         }
     }
 }
@@ -317,96 +365,39 @@ impl ServerHandler for WardenServer {
         let legacy_task = shared.legacy.as_ref().is_some_and(|l| context.meta.get(l.meta_key()).is_some());
         let modern_task = context.client_capabilities().is_some_and(|c| c.supports_tasks());
         if legacy_task && !shared.executor.is_background(&name) {
-            return Err(McpError::new(
-                RpcErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "{name} does not run as a task (its execution.taskSupport is forbidden): only tools with \
-                     `background = true` in the policy do; call it without `task`"
-                ),
-                Some(serde_json::json!({"tool": name})),
-            ));
+            return Err(not_a_task(&name));
         }
         // warden's own job tools (no policy tool may share their names).
         if let Some(jobs) = shared.jobs.clone()
             && warden_policy::JOB_TOOLS.contains(&name.as_str())
         {
-            let (owner, args) = (self.owner.clone(), request.arguments.clone().unwrap_or_default());
-            let answer = tokio::task::spawn_blocking(move || jobs::call(&jobs, &owner, &name, &args))
-                .await
-                .map_err(|e| McpError::internal_error(format!("the job tool's thread failed: {e}"), None))?;
-            return answer.map(Into::into).ok_or_else(|| McpError::internal_error("not a job tool", None));
+            return self.call_job_tool(jobs, name, &request).await;
         }
         // Unknown names are a protocol fault; everything else is a result.
         if let Err(e) = shared.executor.resolve(&name) {
             return Err(McpError::invalid_params(e.message, None));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let modern = context.protocol_version().is_some_and(|v| !v.has_initialize());
-        let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
         // A 2025-11-25 task call answers a task once the job starts: no running-time
         // notifications for it (over HTTP they would turn its answer into an event stream).
         let progress = if legacy_task { None } else { context.meta.get_progress_token() };
         let logger = Logger::for_request(&context, Some(&self.log_level));
 
-        let asker = if shared.approver_only {
-            None
-        } else if !can_elicit {
-            Some(Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)"))
-        } else if modern {
-            Some(Asker::Stateless(Arc::new(Stateless {
-                state: request.request_state.clone(),
-                responses: request.input_responses.clone(),
-                sealer: shared.sealer.clone(),
-                grants: self.grants.clone(),
-                input_required: Default::default(),
-            })))
-        } else if let Some(grants) = &self.grants {
-            Some(Asker::Live(Live {
-                handle: tokio::runtime::Handle::current(),
-                peer: context.peer.clone(),
-                cancelled: context.ct.clone(),
-                sealer: shared.sealer.clone(),
-                grants: grants.clone(),
-            }))
-        } else {
-            Some(Asker::Nobody(
-                "this MCP client uses the legacy protocol over stateless HTTP, where warden cannot ask it \
-                 (use the 2026-07-28 protocol or stdio)",
-            ))
-        };
+        let asker = self.asker(&request, &context);
         let stateless = match &asker {
             Some(Asker::Stateless(s)) => Some(s.clone()),
             _ => None,
         };
 
         // A call cancelled while it waited for a slot never starts.
-        let _slot = tokio::select! {
-            slot = shared.slots.clone().acquire_owned() => {
-                slot.map_err(|_| McpError::internal_error("the server is shutting down", None))?
-            }
-            _ = context.ct.cancelled() => {
-                return Err(McpError::internal_error("cancelled before it started", None));
-            }
-        };
+        let _slot = acquire_slot(&shared, &context).await?;
         // A background tool takes its place among `max_jobs` before it is approved.
-        let background = shared.jobs.as_ref().filter(|_| shared.executor.is_background(&name));
-        let job_slot = match background.map(|jobs| jobs.reserve()).transpose() {
+        let job_slot = match reserve_job(&shared, &name) {
             Ok(slot) => slot,
-            Err(e) => {
-                let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
-                r.structured_content = Some(serde_json::json!({
-                    "status": "error",
-                    "tool": name,
-                    "error": e.to_json(),
-                }));
-                return Ok(r.into());
-            }
+            Err(e) => return Ok(no_job_slot(&name, &e)),
         };
-        let owner = self.owner.clone();
         let cancel = Cancel::new();
         let mut on_drop = CancelOnDrop(cancel.clone(), false);
-        let switch = cancel.clone();
-        let worker = shared.clone();
         // The tool's own progress reports, when the client asked for progress.
         let (reports_tx, mut reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_QUEUE);
         let sink: Option<ProgressSink> = progress.is_some().then(|| {
@@ -415,100 +406,19 @@ impl ServerHandler for WardenServer {
             });
             sink
         });
-        let request_name = name.clone();
-        let mut call = tokio::task::spawn_blocking(move || {
-            let hook = |req: &Request<'_>| -> Verdict {
-                match &asker {
-                    Some(Asker::Live(live)) => live.ask(req),
-                    Some(Asker::Stateless(s)) => s.ask(req),
-                    Some(Asker::Nobody(why)) => approval::cannot_ask(req, why),
-                    // Never installed without an asker (see below).
-                    None => approval::cannot_ask(req, "no approval channel is configured"),
-                }
-            };
-            // Without an asker, the executor's own approver answers (`--approve yes|deny`).
-            let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
-                if asker.is_some() { Some(&hook) } else { None };
-            let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink, run: None };
-            let ready = match worker.executor.begin(ToolCall::new(name, args), &hooks) {
-                Begun::Done(response) => return Outcome::Response(response),
-                Begun::Ready(ready) => ready,
-            };
-            let (Some(slot), Some(jobs)) = (job_slot, worker.jobs.clone()) else {
-                return Outcome::Response(worker.executor.finish(ready, &hooks));
-            };
-            // Approved: from here the job runs on its own thread, with its own cancel switch.
-            let max_output = worker
-                .executor
-                .resolve(ready.tool())
-                .map_or(usize::MAX, |e| usize::try_from(e.spec.limits.max_output).unwrap_or(usize::MAX));
-            let runner = worker.clone();
-            let started = jobs.start(
-                slot,
-                owner,
-                ready,
-                max_output,
-                |r| worker.executor.record_start(r),
-                move |r, hooks| runner.executor.finish(r, hooks),
-            );
-            match started {
-                Ok(handle) => Outcome::Job(handle),
-                Err(e) => Outcome::Response(CallResponse {
-                    status: warden_core::executor::Status::Error,
-                    tool: request_name,
-                    call_id: String::new(),
-                    result: None,
-                    truncated: false,
-                    error: Some(e),
-                    cache: None,
-                    reason: None,
-                    duration_ms: 0.0,
-                }),
-            }
-        });
-
-        let started = Instant::now();
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
-        let mut watching = true;
-        // The last progress value sent: each one sent is greater.
-        let mut last: Option<f64> = None;
-        let mut own_reports = false;
-        let joined = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                _ = context.ct.cancelled(), if watching => {
-                    // Keep waiting: the call ends promptly and its audit record is written.
-                    cancel.cancel();
-                    watching = false;
-                }
-                Some(p) = reports.recv(), if progress.is_some() => {
-                    own_reports = true;
-                    if let Some(token) = progress.clone() {
-                        send_report(&context, token, &p, &mut last).await;
-                    }
-                }
-                _ = ticks.tick(), if progress.is_some() && !own_reports => {
-                    if let Some(token) = progress.clone() {
-                        // The running time goes as a value below 1 (s/(s+1), no total), so a
-                        // tool that starts its own reports late (1 and up) is never held back.
-                        let secs = started.elapsed().as_secs_f64().floor();
-                        let value = secs / (secs + 1.0);
-                        if last.is_none_or(|l| value > l) {
-                            last = Some(value);
-                            let note = ProgressNotificationParam::new(token, value)
-                                .with_message(format!("{} running for {secs:.0}s", request.name));
-                            let _ = context.peer.notify_progress(note).await;
-                        }
-                    }
-                }
-            }
+        let thread = CallThread {
+            shared: shared.clone(),
+            owner: self.owner.clone(),
+            asker,
+            name,
+            args,
+            job_slot,
+            cancel: cancel.clone(),
+            sink,
         };
-        // Reports made just before the call returned go out before its response.
-        while let Ok(p) = reports.try_recv() {
-            if let Some(token) = progress.clone() {
-                send_report(&context, token, &p, &mut last).await;
-            }
-        }
+        let call = tokio::task::spawn_blocking(move || thread.run());
+
+        let joined = watch_call(call, &context, &cancel, &mut reports, progress.as_ref(), &request.name).await;
         on_drop.1 = true;
         let response =
             match joined.map_err(|e| McpError::internal_error(format!("the call's thread failed: {e}"), None))? {
@@ -547,4 +457,184 @@ async fn send_report(
         note = note.with_message(p.message.clone());
     }
     let _ = context.peer.notify_progress(note).await;
+}
+
+/// The protocol error for a task call of a tool that does not run as one.
+fn not_a_task(name: &str) -> McpError {
+    McpError::new(
+        RpcErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "{name} does not run as a task (its execution.taskSupport is forbidden): only tools with \
+             `background = true` in the policy do; call it without `task`"
+        ),
+        Some(serde_json::json!({"tool": name})),
+    )
+}
+
+/// One of the server's call slots, or an error if the call is cancelled first.
+async fn acquire_slot(
+    shared: &Arc<Shared>,
+    context: &RequestContext<RoleServer>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, McpError> {
+    tokio::select! {
+        slot = shared.slots.clone().acquire_owned() => {
+            slot.map_err(|_| McpError::internal_error("the server is shutting down", None))
+        }
+        _ = context.ct.cancelled() => {
+            Err(McpError::internal_error("cancelled before it started", None))
+        }
+    }
+}
+
+/// A place among `max_jobs` for a background tool (none for any other tool).
+fn reserve_job(shared: &Shared, name: &str) -> Result<Option<jobs::Slot>, warden_runtime::error::CallError> {
+    let background = shared.jobs.as_ref().filter(|_| shared.executor.is_background(name));
+    background.map(|jobs| jobs.reserve()).transpose()
+}
+
+/// The error result of a background call that found no place among `max_jobs`.
+fn no_job_slot(name: &str, e: &warden_runtime::error::CallError) -> CallToolResponse {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]);
+    r.structured_content = Some(serde_json::json!({
+        "status": "error",
+        "tool": name,
+        "error": e.to_json(),
+    }));
+    r.into()
+}
+
+/// What the call's blocking thread needs: it asks for approval, runs the
+/// call, and (for a background tool) starts the job.
+struct CallThread {
+    shared: Arc<Shared>,
+    owner: Arc<str>,
+    asker: Option<Asker>,
+    name: String,
+    args: Value,
+    job_slot: Option<jobs::Slot>,
+    cancel: Cancel,
+    sink: Option<ProgressSink>,
+}
+
+impl CallThread {
+    fn run(self) -> Outcome {
+        let CallThread { shared: worker, owner, asker, name, args, job_slot, cancel: switch, sink } = self;
+        let request_name = name.clone();
+        let hook = |req: &Request<'_>| -> Verdict {
+            match &asker {
+                Some(Asker::Live(live)) => live.ask(req),
+                Some(Asker::Stateless(s)) => s.ask(req),
+                Some(Asker::Nobody(why)) => approval::cannot_ask(req, why),
+                // Never installed without an asker (see below).
+                None => approval::cannot_ask(req, "no approval channel is configured"),
+            }
+        };
+        // Without an asker, the executor's own approver answers (`--approve yes|deny`).
+        let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
+            if asker.is_some() { Some(&hook) } else { None };
+        let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink, run: None };
+        let ready = match worker.executor.begin(ToolCall::new(name, args), &hooks) {
+            Begun::Done(response) => return Outcome::Response(response),
+            Begun::Ready(ready) => ready,
+        };
+        let (Some(slot), Some(jobs)) = (job_slot, worker.jobs.clone()) else {
+            return Outcome::Response(worker.executor.finish(ready, &hooks));
+        };
+        start_job(&worker, &jobs, slot, owner, ready, request_name)
+    }
+}
+
+/// Starts an approved background call as a job, on its own thread with its
+/// own cancel switch.
+fn start_job(
+    worker: &Arc<Shared>,
+    jobs: &Arc<Jobs>,
+    slot: jobs::Slot,
+    owner: Arc<str>,
+    ready: Ready,
+    request_name: String,
+) -> Outcome {
+    let max_output = worker
+        .executor
+        .resolve(ready.tool())
+        .map_or(usize::MAX, |e| usize::try_from(e.spec.limits.max_output).unwrap_or(usize::MAX));
+    let runner = worker.clone();
+    let started = jobs.start(
+        slot,
+        owner,
+        ready,
+        max_output,
+        |r| worker.executor.record_start(r),
+        move |r, hooks| runner.executor.finish(r, hooks),
+    );
+    match started {
+        Ok(handle) => Outcome::Job(handle),
+        Err(e) => Outcome::Response(CallResponse {
+            status: warden_core::executor::Status::Error,
+            tool: request_name,
+            call_id: String::new(),
+            result: None,
+            truncated: false,
+            error: Some(e),
+            cache: None,
+            reason: None,
+            duration_ms: 0.0,
+        }),
+    }
+}
+
+/// Waits for the call's thread: turns the request's cancellation into the
+/// call's, and sends the tool's progress reports (or, without any, its running
+/// time once a second) while the client asked for progress.
+async fn watch_call(
+    mut call: tokio::task::JoinHandle<Outcome>,
+    context: &RequestContext<RoleServer>,
+    cancel: &Cancel,
+    reports: &mut tokio::sync::mpsc::Receiver<Progress>,
+    progress: Option<&rmcp::model::ProgressToken>,
+    tool: &str,
+) -> Result<Outcome, tokio::task::JoinError> {
+    let started = Instant::now();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let mut watching = true;
+    // The last progress value sent: each one sent is greater.
+    let mut last: Option<f64> = None;
+    let mut own_reports = false;
+    let joined = loop {
+        tokio::select! {
+            r = &mut call => break r,
+            _ = context.ct.cancelled(), if watching => {
+                // Keep waiting: the call ends promptly and its audit record is written.
+                cancel.cancel();
+                watching = false;
+            }
+            Some(p) = reports.recv(), if progress.is_some() => {
+                own_reports = true;
+                if let Some(token) = progress.cloned() {
+                    send_report(context, token, &p, &mut last).await;
+                }
+            }
+            _ = ticks.tick(), if progress.is_some() && !own_reports => {
+                if let Some(token) = progress.cloned() {
+                    // The running time goes as a value below 1 (s/(s+1), no total), so a
+                    // tool that starts its own reports late (1 and up) is never held back.
+                    let secs = started.elapsed().as_secs_f64().floor();
+                    let value = secs / (secs + 1.0);
+                    if last.is_none_or(|l| value > l) {
+                        last = Some(value);
+                        let note = ProgressNotificationParam::new(token, value)
+                            .with_message(format!("{tool} running for {secs:.0}s"));
+                        let _ = context.peer.notify_progress(note).await;
+                    }
+                }
+            }
+        }
+    };
+    // Reports made just before the call returned go out before its response.
+    while let Ok(p) = reports.try_recv() {
+        if let Some(token) = progress.cloned() {
+            send_report(context, token, &p, &mut last).await;
+        }
+    }
+    joined
 }

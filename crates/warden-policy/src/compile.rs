@@ -157,121 +157,16 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         );
     }
 
-    let timeout = raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
-    let defaults = Limits {
-        timeout,
-        memory: raw.defaults.memory.map_or(DEFAULT_MEMORY, |s| s.0),
-        max_output: raw.defaults.max_output.map_or(DEFAULT_MAX_OUTPUT, |s| s.0),
-        cpu: timeout,
-        processes: DEFAULT_PROCESSES,
-        open_files: DEFAULT_OPEN_FILES,
-        file_size: DEFAULT_FILE_SIZE,
-        tmp_size: DEFAULT_TMP_SIZE,
-        tmp_files: DEFAULT_TMP_FILES,
-    };
-    let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
-
-    let mut plugins = BTreeMap::new();
-    for (name, spanned) in &raw.plugins {
-        let span = spanned.span();
-        let p = spanned.get_ref();
-        let source = p.source.get_ref();
-        let source = if let Some(builtin) = source.strip_prefix("builtin:") {
-            if !BUILTIN_PLUGINS.contains(&builtin) {
-                c.problem(
-                    p.source.span(),
-                    format!("plugin {name}: unknown builtin {source:?} (builtins: {})", BUILTIN_PLUGINS.join(", ")),
-                );
-            }
-            PluginSource::Builtin(builtin.to_string())
-        } else {
-            PluginSource::File(dir.join(source))
-        };
-        let sha256 = match &p.sha256 {
-            Some(h) => {
-                let v = h.get_ref().to_ascii_lowercase();
-                if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    c.problem(h.span(), format!("plugin {name}: sha256 must be 64 hexadecimal digits"));
-                }
-                Some(v)
-            }
-            None => {
-                if matches!(source, PluginSource::File(_)) {
-                    c.problem(
-                        span.clone(),
-                        format!(
-                            "plugin {name}: missing sha256: a plugin that is not builtin loads only when pinned; \
-                             add sha256 = \"…\" (`sha256sum FILE` prints it)"
-                        ),
-                    );
-                }
-                None
-            }
-        };
-        let kind = match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
-            None | Some(("tool", _)) => PluginKind::Tool,
-            Some(("command", _)) => PluginKind::Command,
-            Some((other, span)) => {
-                c.problem(
-                    span,
-                    format!(
-                        "plugin {name}: unknown kind {other:?}: \"tool\" (the warden:plugin world, the default) or \
-                         \"command\" (a wasi:cli/command program run with each tool's `args`)"
-                    ),
-                );
-                PluginKind::Tool
-            }
-        };
-        if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
-            c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
-        }
-        plugins
-            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
-    }
+    let (defaults, default_tier) = compile_defaults(&raw);
+    let plugins = compile_plugins(&mut c, &raw, dir);
 
     if raw.tools.len() > MAX_TOOLS {
         c.problem(0..0, format!("too many tools: {} (at most {MAX_TOOLS})", raw.tools.len()));
     }
 
-    let mut servers = BTreeMap::new();
-    for (name, spanned) in &raw.servers {
-        if let Some(server) = compile_server(&mut c, name, spanned, &plugins, &defaults, ctx) {
-            servers.insert(name.get_ref().clone(), server);
-        }
-    }
-
-    let mut tools = BTreeMap::new();
-    for (name, spanned) in &raw.tools {
-        let tool_span = spanned.span();
-        let name_str = name.get_ref();
-        if let Some((server, tool)) = name_str.split_once(SERVER_TOOL_SEPARATOR)
-            && raw.servers.keys().any(|k| k.get_ref() == server)
-        {
-            if let Some(server) = servers.get(server)
-                && let Some(t) = compile_server_tool(&mut c, server, tool, tool_span, spanned.get_ref())
-            {
-                tools.insert(name_str.clone(), t);
-            }
-            continue;
-        }
-        if !valid_tool_name(name_str) {
-            c.problem(
-                name.span(),
-                format!(
-                    "tool {name_str:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and - (dots and __ are reserved)"
-                ),
-            );
-        }
-        if let Some(t) = compile_tool(
-            &mut c,
-            name_str,
-            tool_span,
-            spanned.get_ref(),
-            Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx },
-        ) {
-            tools.insert(name_str.clone(), t);
-        }
-    }
+    let servers = compile_servers(&mut c, &raw, &plugins, &defaults, ctx);
+    let tools =
+        compile_tools(&mut c, &raw, &servers, Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx });
 
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
@@ -291,16 +186,175 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         profiles,
         profile: None,
         max_jobs,
-        own_files: if origin == crate::DEFAULT_POLICY_NAME {
-            Vec::new()
-        } else {
-            let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-            vec![
-                ("policy file".to_string(), absolute(Path::new(origin))),
-                ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
-            ]
-        },
+        own_files: own_files(origin, dir),
     })
+}
+
+/// `[defaults]`: the limits of a tool that sets none, and the tier of a tool that names none.
+fn compile_defaults(raw: &RawPolicy) -> (Limits, Tier) {
+    let timeout = raw.defaults.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
+    let defaults = Limits {
+        timeout,
+        memory: raw.defaults.memory.map_or(DEFAULT_MEMORY, |s| s.0),
+        max_output: raw.defaults.max_output.map_or(DEFAULT_MAX_OUTPUT, |s| s.0),
+        cpu: timeout,
+        processes: DEFAULT_PROCESSES,
+        open_files: DEFAULT_OPEN_FILES,
+        file_size: DEFAULT_FILE_SIZE,
+        tmp_size: DEFAULT_TMP_SIZE,
+        tmp_files: DEFAULT_TMP_FILES,
+    };
+    (defaults, raw.defaults.tier.unwrap_or(Tier::Ask))
+}
+
+/// Checks `[plugins.NAME]`, each in turn.
+fn compile_plugins(c: &mut Checker<'_>, raw: &RawPolicy, dir: &Path) -> BTreeMap<String, PluginSpec> {
+    let mut plugins = BTreeMap::new();
+    for (name, spanned) in &raw.plugins {
+        let span = spanned.span();
+        let p = spanned.get_ref();
+        let source = plugin_source(c, name, p, dir);
+        let sha256 = plugin_sha256(c, name, p, &source, &span);
+        let kind = plugin_kind(c, name, p);
+        if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
+            c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
+        }
+        plugins
+            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
+    }
+    plugins
+}
+
+/// A plugin's `source`: `builtin:NAME` (one of [`BUILTIN_PLUGINS`]) or a file relative to `dir`.
+fn plugin_source(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin, dir: &Path) -> PluginSource {
+    let source = p.source.get_ref();
+    if let Some(builtin) = source.strip_prefix("builtin:") {
+        if !BUILTIN_PLUGINS.contains(&builtin) {
+            c.problem(
+                p.source.span(),
+                format!("plugin {name}: unknown builtin {source:?} (builtins: {})", BUILTIN_PLUGINS.join(", ")),
+            );
+        }
+        PluginSource::Builtin(builtin.to_string())
+    } else {
+        PluginSource::File(dir.join(source))
+    }
+}
+
+/// A plugin's `sha256`, lowercased: 64 hexadecimal digits, required of a plugin that is not builtin.
+fn plugin_sha256(
+    c: &mut Checker<'_>,
+    name: &str,
+    p: &crate::schema::RawPlugin,
+    source: &PluginSource,
+    span: &Range<usize>,
+) -> Option<String> {
+    match &p.sha256 {
+        Some(h) => {
+            let v = h.get_ref().to_ascii_lowercase();
+            if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
+                c.problem(h.span(), format!("plugin {name}: sha256 must be 64 hexadecimal digits"));
+            }
+            Some(v)
+        }
+        None => {
+            if matches!(source, PluginSource::File(_)) {
+                c.problem(
+                    span.clone(),
+                    format!(
+                        "plugin {name}: missing sha256: a plugin that is not builtin loads only when pinned; \
+                         add sha256 = \"…\" (`sha256sum FILE` prints it)"
+                    ),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// A plugin's `kind`: "tool" (the default) or "command".
+fn plugin_kind(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin) -> PluginKind {
+    match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+        None | Some(("tool", _)) => PluginKind::Tool,
+        Some(("command", _)) => PluginKind::Command,
+        Some((other, span)) => {
+            c.problem(
+                span,
+                format!(
+                    "plugin {name}: unknown kind {other:?}: \"tool\" (the warden:plugin world, the default) or \
+                     \"command\" (a wasi:cli/command program run with each tool's `args`)"
+                ),
+            );
+            PluginKind::Tool
+        }
+    }
+}
+
+/// Checks `[servers.NAME]`, each in turn; a server with problems is left out.
+fn compile_servers(
+    c: &mut Checker<'_>,
+    raw: &RawPolicy,
+    plugins: &BTreeMap<String, PluginSpec>,
+    defaults: &Limits,
+    ctx: &Context,
+) -> BTreeMap<String, ServerSpec> {
+    let mut servers = BTreeMap::new();
+    for (name, spanned) in &raw.servers {
+        if let Some(server) = compile_server(c, name, spanned, plugins, defaults, ctx) {
+            servers.insert(name.get_ref().clone(), server);
+        }
+    }
+    servers
+}
+
+/// Checks `[tools.NAME]`, each in turn: a `SERVER__TOOL` entry of a declared
+/// server as a server's tool, any other as a tool of its own.
+fn compile_tools(
+    c: &mut Checker<'_>,
+    raw: &RawPolicy,
+    servers: &BTreeMap<String, ServerSpec>,
+    scope: Scope<'_>,
+) -> BTreeMap<String, ToolSpec> {
+    let mut tools = BTreeMap::new();
+    for (name, spanned) in &raw.tools {
+        let tool_span = spanned.span();
+        let name_str = name.get_ref();
+        if let Some((server, tool)) = name_str.split_once(SERVER_TOOL_SEPARATOR)
+            && raw.servers.keys().any(|k| k.get_ref() == server)
+        {
+            if let Some(server) = servers.get(server)
+                && let Some(t) = compile_server_tool(c, server, tool, tool_span, spanned.get_ref())
+            {
+                tools.insert(name_str.clone(), t);
+            }
+            continue;
+        }
+        if !valid_tool_name(name_str) {
+            c.problem(
+                name.span(),
+                format!(
+                    "tool {name_str:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and - (dots and __ are reserved)"
+                ),
+            );
+        }
+        if let Some(t) = compile_tool(c, name_str, tool_span, spanned.get_ref(), scope) {
+            tools.insert(name_str.clone(), t);
+        }
+    }
+    tools
+}
+
+/// The files the policy itself lives in (none for the built-in default policy).
+fn own_files(origin: &str, dir: &Path) -> Vec<(String, PathBuf)> {
+    if origin == crate::DEFAULT_POLICY_NAME {
+        Vec::new()
+    } else {
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        vec![
+            ("policy file".to_string(), absolute(Path::new(origin))),
+            ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
+        ]
+    }
 }
 
 /// Checks `[defaults] max_jobs` (1 to [`MAX_MAX_JOBS`]) and that no tool takes
@@ -360,60 +414,8 @@ fn compile_profiles(
         if !valid_tool_name(pname) {
             c.problem(name.span(), format!("profile {pname:?}: names are 1-64 characters of a-z, A-Z, 0-9, _ and -"));
         }
-        let listed: Vec<String> = match p.tools.get_ref() {
-            toml::Value::String(s) => vec![s.clone()],
-            toml::Value::Array(items) if items.iter().all(toml::Value::is_str) && !items.is_empty() => {
-                items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
-            }
-            _ => {
-                c.problem(
-                    p.tools.span(),
-                    format!(
-                        "profile {pname}: `tools` is \"*\" or a non-empty list of tool names and patterns, like \
-                         [\"read_file\", \"git_*\", \"server__*\"]"
-                    ),
-                );
-                continue;
-            }
-        };
-        if listed.len() > MAX_TOOLS {
-            c.problem(
-                p.tools.span(),
-                format!("profile {pname}: {} entries in `tools` (at most {MAX_TOOLS})", listed.len()),
-            );
-        }
-        for entry in &listed {
-            let bad_chars = !entry.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '*'));
-            if entry.is_empty() || entry.len() > 140 || bad_chars {
-                c.problem(
-                    p.tools.span(),
-                    format!("profile {pname}: {entry:?} is not a tool name or pattern (a-z, A-Z, 0-9, _, - and *)"),
-                );
-                continue;
-            }
-            if entry.contains('*') {
-                continue;
-            }
-            let declared = tools.contains_key(entry)
-                || entry
-                    .split_once(SERVER_TOOL_SEPARATOR)
-                    .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
-            if !declared {
-                let candidates = tools.keys().map(String::as_str);
-                let close = crate::profile::closest(entry, candidates);
-                c.problem(
-                    p.tools.span(),
-                    format!(
-                        "profile {pname}: no tool named {entry:?} in this policy{}",
-                        if close.is_empty() {
-                            " (a server's tools are SERVER__TOOL, or SERVER__* for all of them)".to_string()
-                        } else {
-                            format!("; did you mean {}?", close.join(", "))
-                        }
-                    ),
-                );
-            }
-        }
+        let Some(listed) = profile_tools(c, pname, p) else { continue };
+        check_profile_entries(c, pname, p, &listed, tools, servers);
         let mut profile = Profile {
             name: pname.clone(),
             tools: listed,
@@ -421,52 +423,131 @@ fn compile_profiles(
             location: c.location(spanned.span()),
             description: p.description.clone(),
         };
-        for (tool, tier) in &p.tiers {
-            let (tool_name, tier_value) = (tool.get_ref(), *tier.get_ref());
-            if !profile.admits(tool_name) {
-                c.problem(
-                    tool.span(),
-                    format!(
-                        "profile {pname}: tiers.{tool_name} names a tool the profile does not offer; add it to \
-                         `tools` or remove the tier"
-                    ),
-                );
-                continue;
-            }
-            let base = tools.get(tool_name).map(|t| (t.tier, t.location.as_str())).or_else(|| {
-                let (server, _) = tool_name.split_once(SERVER_TOOL_SEPARATOR)?;
-                servers.get(server).map(|s| (s.tier, s.location.as_str()))
-            });
-            match base {
-                None => {
-                    let close = crate::profile::closest(tool_name, tools.keys().map(String::as_str));
-                    c.problem(
-                        tool.span(),
-                        format!(
-                            "profile {pname}: tiers.{tool_name}: no such tool in this policy{}",
-                            if close.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; did you mean {}?", close.join(", "))
-                            }
-                        ),
-                    );
-                }
-                Some((base, at)) if tier_value < base => c.problem(
-                    tier.span(),
-                    format!(
-                        "profile {pname}: tiers.{tool_name} = \"{tier_value}\" would relax the tool's tier \
-                         \"{base}\" ({at}); a profile may only make a tool stricter (auto < ask < confirm < deny)"
-                    ),
-                ),
-                Some(_) => {
-                    profile.tiers.insert(tool_name.clone(), (tier_value, c.location(tier.span())));
-                }
-            }
-        }
+        profile_tiers(c, p, &mut profile, tools, servers);
         out.insert(pname.clone(), profile);
     }
     out
+}
+
+/// A profile's `tools`: `"*"` or a non-empty list of names and patterns, as a list.
+fn profile_tools(c: &mut Checker<'_>, pname: &str, p: &crate::schema::RawProfile) -> Option<Vec<String>> {
+    match p.tools.get_ref() {
+        toml::Value::String(s) => Some(vec![s.clone()]),
+        toml::Value::Array(items) if items.iter().all(toml::Value::is_str) && !items.is_empty() => {
+            Some(items.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        }
+        _ => {
+            c.problem(
+                p.tools.span(),
+                format!(
+                    "profile {pname}: `tools` is \"*\" or a non-empty list of tool names and patterns, like \
+                     [\"read_file\", \"git_*\", \"server__*\"]"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Checks the entries of a profile's `tools`: how many, their characters, and
+/// that each name without a `*` is a tool of this policy or of a declared server.
+fn check_profile_entries(
+    c: &mut Checker<'_>,
+    pname: &str,
+    p: &crate::schema::RawProfile,
+    listed: &[String],
+    tools: &BTreeMap<String, ToolSpec>,
+    servers: &BTreeMap<String, ServerSpec>,
+) {
+    if listed.len() > MAX_TOOLS {
+        c.problem(
+            p.tools.span(),
+            format!("profile {pname}: {} entries in `tools` (at most {MAX_TOOLS})", listed.len()),
+        );
+    }
+    for entry in listed {
+        let bad_chars = !entry.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '*'));
+        if entry.is_empty() || entry.len() > 140 || bad_chars {
+            c.problem(
+                p.tools.span(),
+                format!("profile {pname}: {entry:?} is not a tool name or pattern (a-z, A-Z, 0-9, _, - and *)"),
+            );
+            continue;
+        }
+        if entry.contains('*') {
+            continue;
+        }
+        let declared = tools.contains_key(entry)
+            || entry
+                .split_once(SERVER_TOOL_SEPARATOR)
+                .is_some_and(|(server, tool)| servers.contains_key(server) && !tool.is_empty());
+        if !declared {
+            let candidates = tools.keys().map(String::as_str);
+            let close = crate::profile::closest(entry, candidates);
+            c.problem(
+                p.tools.span(),
+                format!(
+                    "profile {pname}: no tool named {entry:?} in this policy{}",
+                    if close.is_empty() {
+                        " (a server's tools are SERVER__TOOL, or SERVER__* for all of them)".to_string()
+                    } else {
+                        format!("; did you mean {}?", close.join(", "))
+                    }
+                ),
+            );
+        }
+    }
+}
+
+/// Checks a profile's `tiers` and adds to `profile` each that names a tool it
+/// offers and is no less strict than the tool's own tier.
+fn profile_tiers(
+    c: &mut Checker<'_>,
+    p: &crate::schema::RawProfile,
+    profile: &mut Profile,
+    tools: &BTreeMap<String, ToolSpec>,
+    servers: &BTreeMap<String, ServerSpec>,
+) {
+    let pname = profile.name.clone();
+    for (tool, tier) in &p.tiers {
+        let (tool_name, tier_value) = (tool.get_ref(), *tier.get_ref());
+        if !profile.admits(tool_name) {
+            c.problem(
+                tool.span(),
+                format!(
+                    "profile {pname}: tiers.{tool_name} names a tool the profile does not offer; add it to \
+                     `tools` or remove the tier"
+                ),
+            );
+            continue;
+        }
+        let base = tools.get(tool_name).map(|t| (t.tier, t.location.as_str())).or_else(|| {
+            let (server, _) = tool_name.split_once(SERVER_TOOL_SEPARATOR)?;
+            servers.get(server).map(|s| (s.tier, s.location.as_str()))
+        });
+        match base {
+            None => {
+                let close = crate::profile::closest(tool_name, tools.keys().map(String::as_str));
+                c.problem(
+                    tool.span(),
+                    format!(
+                        "profile {pname}: tiers.{tool_name}: no such tool in this policy{}",
+                        if close.is_empty() { String::new() } else { format!("; did you mean {}?", close.join(", ")) }
+                    ),
+                );
+            }
+            Some((base, at)) if tier_value < base => c.problem(
+                tier.span(),
+                format!(
+                    "profile {pname}: tiers.{tool_name} = \"{tier_value}\" would relax the tool's tier \
+                     \"{base}\" ({at}); a profile may only make a tool stricter (auto < ask < confirm < deny)"
+                ),
+            ),
+            Some(_) => {
+                profile.tiers.insert(tool_name.clone(), (tier_value, c.location(tier.span())));
+            }
+        }
+    }
 }
 
 /// Server names: 1-32 characters of a-z, 0-9 and `-`, so that `NAME__TOOL` splits one way.
@@ -627,6 +708,7 @@ fn valid_tool_name(n: &str) -> bool {
 }
 
 /// What a tool is compiled against besides its own table.
+#[derive(Clone, Copy)]
 struct Scope<'a> {
     /// The policy's plugins, by name.
     plugins: &'a BTreeMap<String, PluginSpec>,
@@ -638,6 +720,7 @@ struct Scope<'a> {
     ctx: &'a Context,
 }
 
+/// Checks one tool's table (or a server's, named by `name`) against `scope`.
 fn compile_tool(
     c: &mut Checker<'_>,
     name: &str,
@@ -646,72 +729,82 @@ fn compile_tool(
     scope: Scope<'_>,
 ) -> Option<ToolSpec> {
     let Scope { plugins, defaults, default_tier, ctx } = scope;
+    let runner = compile_runner(c, name, t, plugins, ctx)?;
+    let process = matches!(runner, Runner::Process(_));
+
+    let limits = tool_limits(c, name, &t.limits, defaults, process);
+    let (paths, system) = compile_paths(c, name, t, process, ctx);
+
+    let allow_private = compile_allow_private(c, name, t);
+    let unix = compile_unix(c, name, t, &runner, ctx);
+    let net = compile_connect(c, name, t);
+
+    let env_pass = compile_env_pass(c, name, t);
+    let env_set = compile_env_set(c, name, t, ctx);
+
+    let sysv_ipc = process_flag(c, name, "sysv_ipc", &t.sysv_ipc, process);
+    let inotify = process_flag(c, name, "inotify", &t.inotify, process);
+    let git_init = process_flag(c, name, "fs.git_init", &t.fs.git_init, process);
+    check_git_init(c, name, t, &paths);
+
+    let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
+
+    let rules = compile_rules(c, name, &t.rule);
+    let tier = t.tier.unwrap_or(default_tier);
+    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net, sysv_ipc));
+    let background = compile_background(c, name, t);
+
+    Some(ToolSpec {
+        name: name.to_string(),
+        runner,
+        description: t.description.as_ref().map(|d| d.get_ref().clone()),
+        tier,
+        grants: Grants {
+            paths,
+            net,
+            unix,
+            allow_private,
+            env_pass,
+            env_set,
+            sysv_ipc,
+            inotify,
+            system,
+            deny,
+            unprotect,
+            git_init,
+        },
+        limits,
+        rules,
+        location: c.location(span),
+        cache,
+        hidden_by: None,
+        background,
+    })
+}
+
+/// What runs the tool: a process (`exec`), a component (`plugin`), or nothing
+/// (walls only); `None` when the table names both.
+fn compile_runner(
+    c: &mut Checker<'_>,
+    name: &str,
+    t: &RawTool,
+    plugins: &BTreeMap<String, PluginSpec>,
+    ctx: &Context,
+) -> Option<Runner> {
     let runner = match (&t.exec, &t.plugin) {
-        (Some(exec), Some(plugin)) => {
+        (Some(_), Some(plugin)) => {
             c.problem(
                 plugin.span(),
                 format!("tool {name}: has both `plugin` and `exec`; a tool is a component or a process, not both"),
             );
-            let _ = exec;
             return None;
         }
         // Neither: walls for `warden run --tool NAME -- CMD`, which agents cannot call.
-        (None, None) => {
-            for (key, value) in [
-                ("args", t.args.as_ref().map(Spanned::span)),
-                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
-                ("cache", t.cache.as_ref().map(Spanned::span)),
-                ("background", t.background.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = value {
-                    c.problem(
-                        span,
-                        format!(
-                            "tool {name}: `{key}` needs a program; a tool without `exec` or `plugin` only lends its \
-                             walls to `warden run --tool {name} -- CMD`"
-                        ),
-                    );
-                }
-            }
-            let cwd = compile_cwd(c, name, t, ctx)?;
-            Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None })
-        }
+        (None, None) => walls_only_runner(c, name, t, ctx)?,
         (None, Some(plugin)) if plugins.get(plugin.get_ref()).is_some_and(|p| p.kind == PluginKind::Command) => {
             Runner::Command(compile_command(c, name, plugin.get_ref(), t, ctx)?)
         }
-        (None, Some(plugin)) => {
-            if !plugins.contains_key(plugin.get_ref()) {
-                let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
-                c.problem(
-                    plugin.span(),
-                    format!(
-                        "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
-                        plugin.get_ref(),
-                        plugin.get_ref(),
-                        if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
-                    ),
-                );
-            }
-            for (key, value) in [
-                ("cwd", t.cwd.as_ref().map(Spanned::span)),
-                ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = value {
-                    c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
-                }
-            }
-            if let Some(args) = &t.args {
-                c.problem(
-                    args.span(),
-                    format!(
-                        "tool {name}: `args` applies only to tools of a kind = \"command\" plugin; plugin {} \
-                         describes its own tools",
-                        plugin.get_ref()
-                    ),
-                );
-            }
-            Runner::Plugin(plugin.get_ref().clone())
-        }
+        (None, Some(plugin)) => plugin_runner(c, name, plugin, t, plugins),
         (Some(exec), None) => {
             if let Some(args) = &t.args {
                 c.problem(
@@ -722,10 +815,75 @@ fn compile_tool(
             Runner::Process(compile_exec(c, name, exec, t, ctx)?)
         }
     };
-    let process = matches!(runner, Runner::Process(_));
+    Some(runner)
+}
 
-    let limits = tool_limits(c, name, &t.limits, defaults, process);
+/// A tool without `exec` or `plugin`: refuses the keys that need a program.
+fn walls_only_runner(c: &mut Checker<'_>, name: &str, t: &RawTool, ctx: &Context) -> Option<Runner> {
+    for (key, value) in [
+        ("args", t.args.as_ref().map(Spanned::span)),
+        ("input_schema", t.input_schema.as_ref().map(Spanned::span)),
+        ("cache", t.cache.as_ref().map(Spanned::span)),
+        ("background", t.background.as_ref().map(Spanned::span)),
+    ] {
+        if let Some(span) = value {
+            c.problem(
+                span,
+                format!(
+                    "tool {name}: `{key}` needs a program; a tool without `exec` or `plugin` only lends its \
+                     walls to `warden run --tool {name} -- CMD`"
+                ),
+            );
+        }
+    }
+    let cwd = compile_cwd(c, name, t, ctx)?;
+    Some(Runner::Process(ExecSpec { argv: Vec::new(), params: Vec::new(), cwd, input_schema: None }))
+}
 
+/// A tool of a `kind = "tool"` plugin: the plugin must be declared, and the
+/// process-only keys are refused.
+fn plugin_runner(
+    c: &mut Checker<'_>,
+    name: &str,
+    plugin: &Spanned<String>,
+    t: &RawTool,
+    plugins: &BTreeMap<String, PluginSpec>,
+) -> Runner {
+    if !plugins.contains_key(plugin.get_ref()) {
+        let declared: Vec<&str> = plugins.keys().map(String::as_str).collect();
+        c.problem(
+            plugin.span(),
+            format!(
+                "tool {name}: plugin {:?} is not declared; add [plugins.{}] (declared: {})",
+                plugin.get_ref(),
+                plugin.get_ref(),
+                if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+            ),
+        );
+    }
+    for (key, value) in
+        [("cwd", t.cwd.as_ref().map(Spanned::span)), ("input_schema", t.input_schema.as_ref().map(Spanned::span))]
+    {
+        if let Some(span) = value {
+            c.problem(span, format!("tool {name}: `{key}` applies only to process tools (`exec`)"));
+        }
+    }
+    if let Some(args) = &t.args {
+        c.problem(
+            args.span(),
+            format!(
+                "tool {name}: `args` applies only to tools of a kind = \"command\" plugin; plugin {} \
+                 describes its own tools",
+                plugin.get_ref()
+            ),
+        );
+    }
+    Runner::Plugin(plugin.get_ref().clone())
+}
+
+/// `fs.read` and `fs.write`, with `{system}` expanded and a path granted twice
+/// merged into one grant; the flag says whether `{system}` was granted.
+fn compile_paths(c: &mut Checker<'_>, name: &str, t: &RawTool, process: bool, ctx: &Context) -> (Vec<PathGrant>, bool) {
     let mut paths: Vec<PathGrant> = Vec::new();
     let mut system = false;
     for (list, write) in [(&t.fs.read, false), (&t.fs.write, true)] {
@@ -758,15 +916,23 @@ fn compile_tool(
             }
         }
     }
+    (paths, system)
+}
 
-    let allow_private = match &t.net.allow_private {
+/// `net.allow_private`, refused (as false) when the tool has no `net.connect`.
+fn compile_allow_private(c: &mut Checker<'_>, name: &str, t: &RawTool) -> bool {
+    match &t.net.allow_private {
         Some(v) if t.net.connect.is_empty() && *v.get_ref() => {
             c.problem(v.span(), format!("tool {name}: net.allow_private = true without net.connect grants nothing"));
             false
         }
         Some(v) => *v.get_ref(),
         None => false,
-    };
+    }
+}
+
+/// `net.unix`: host sockets, for process tools and servers only.
+fn compile_unix(c: &mut Checker<'_>, name: &str, t: &RawTool, runner: &Runner, ctx: &Context) -> Vec<PathBuf> {
     let mut unix = Vec::new();
     for entry in &t.net.unix {
         if !matches!(runner, Runner::Process(_) | Runner::Server(_)) {
@@ -785,6 +951,11 @@ fn compile_tool(
             None => {}
         }
     }
+    unix
+}
+
+/// `net.connect`: each entry a host and port.
+fn compile_connect(c: &mut Checker<'_>, name: &str, t: &RawTool) -> Vec<NetGrant> {
     let mut net = Vec::new();
     for entry in &t.net.connect {
         match parse_host_port(entry.get_ref()) {
@@ -792,7 +963,11 @@ fn compile_tool(
             Err(msg) => c.problem(entry.span(), format!("tool {name}: net.connect {:?}: {msg}", entry.get_ref())),
         }
     }
+    net
+}
 
+/// `env.pass`: the names of variables passed through.
+fn compile_env_pass(c: &mut Checker<'_>, name: &str, t: &RawTool) -> Vec<String> {
     let mut env_pass = Vec::new();
     for v in &t.env.pass {
         if valid_env_name(v.get_ref()) {
@@ -804,6 +979,11 @@ fn compile_tool(
             );
         }
     }
+    env_pass
+}
+
+/// `env.set`: variables set, their values' placeholders expanded.
+fn compile_env_set(c: &mut Checker<'_>, name: &str, t: &RawTool, ctx: &Context) -> BTreeMap<String, String> {
     let mut env_set = BTreeMap::new();
     for (k, v) in &t.env.set {
         if !valid_env_name(k) {
@@ -820,18 +1000,24 @@ fn compile_tool(
             Err(msg) => c.problem(v.span(), format!("tool {name}: env.set.{k}: {msg}")),
         }
     }
+    env_set
+}
 
-    let mut process_flag = |key: &str, v: &Option<Spanned<bool>>| match v {
+/// A flag that applies to process tools only (`sysv_ipc`, `inotify`,
+/// `fs.git_init`): refused (as false) on any other tool.
+fn process_flag(c: &mut Checker<'_>, name: &str, key: &str, v: &Option<Spanned<bool>>, process: bool) -> bool {
+    match v {
         Some(v) if !process => {
             c.problem(v.span(), format!("tool {name}: {key} applies to process tools and [servers] only"));
             false
         }
         Some(v) => *v.get_ref(),
         None => false,
-    };
-    let sysv_ipc = process_flag("sysv_ipc", &t.sysv_ipc);
-    let inotify = process_flag("inotify", &t.inotify);
-    let git_init = process_flag("fs.git_init", &t.fs.git_init);
+    }
+}
+
+/// `fs.git_init = true` needs a write grant to create repositories in.
+fn check_git_init(c: &mut Checker<'_>, name: &str, t: &RawTool, paths: &[PathGrant]) {
     if let Some(v) = t.fs.git_init.as_ref().filter(|v| *v.get_ref())
         && !paths.iter().any(|p| p.write)
     {
@@ -840,12 +1026,10 @@ fn compile_tool(
             format!("tool {name}: fs.git_init = true needs an fs.write grant to create repositories in"),
         );
     }
+}
 
-    let (deny, unprotect) = compile_deny(c, name, &t.fs, &paths, ctx);
-
-    let rules = compile_rules(c, name, &t.rule);
-    let tier = t.tier.unwrap_or(default_tier);
-    let cache = t.cache.as_ref().and_then(|d| compile_cache(c, name, d, tier, &paths, &net, sysv_ipc));
+/// `background = true`, refused alongside `cache`.
+fn compile_background(c: &mut Checker<'_>, name: &str, t: &RawTool) -> bool {
     let background = t.background.as_ref().filter(|b| *b.get_ref());
     if let (Some(b), Some(_)) = (background, &t.cache) {
         c.problem(
@@ -856,33 +1040,7 @@ fn compile_tool(
             ),
         );
     }
-
-    Some(ToolSpec {
-        name: name.to_string(),
-        runner,
-        description: t.description.as_ref().map(|d| d.get_ref().clone()),
-        tier,
-        grants: Grants {
-            paths,
-            net,
-            unix,
-            allow_private,
-            env_pass,
-            env_set,
-            sysv_ipc,
-            inotify,
-            system,
-            deny,
-            unprotect,
-            git_init,
-        },
-        limits,
-        rules,
-        location: c.location(span),
-        cache,
-        hidden_by: None,
-        background: background.is_some(),
-    })
+    background.is_some()
 }
 
 /// The longest `cache` a tool may have.

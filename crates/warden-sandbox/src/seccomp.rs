@@ -215,19 +215,32 @@ const UID0_EPERM_CALLS: &[i64] = &[
 /// `SOCK_PACKET` (10): the obsolete packet type, which `libc` marks deprecated.
 const SOCK_PACKET: i32 = 10;
 
+/// A filter's rules: for each system call, the argument checks that refuse it
+/// (none: every call of it is refused).
+type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+
 /// The filters, in the order they are installed.
 pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
+    let enosys: Rules = ENOSYS_CALLS.iter().map(|&n| (n, vec![])).collect();
+    let eperm = eperm_rules(target)?;
+    Ok(vec![
+        x32_guard(),
+        compile_filter(enosys, SeccompAction::Errno(ENOSYS))?,
+        compile_filter(eperm, SeccompAction::Errno(EPERM))?,
+    ])
+}
+
+/// One filter: the calls `rules` match get `action`, every other is allowed.
+fn compile_filter(rules: Rules, action: SeccompAction) -> Result<BpfProgram, String> {
+    let filter =
+        SeccompFilter::new(rules, SeccompAction::Allow, action, TargetArch::x86_64).map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// The calls (or the calls with these arguments) refused with `EPERM`.
+fn eperm_rules(target: Target) -> Result<Rules, String> {
     let netns = target.network_namespace;
-    let (net, udp) = (target.net || netns, (target.net && target.udp) || netns);
-    let arch = TargetArch::x86_64;
-    let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction| -> Result<BpfProgram, String> {
-        let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(|e| e.to_string())?;
-        BpfProgram::try_from(filter).map_err(|e| e.to_string())
-    };
-
-    let enosys: BTreeMap<i64, Vec<SeccompRule>> = ENOSYS_CALLS.iter().map(|&n| (n, vec![])).collect();
-
-    let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = EPERM_CALLS.iter().map(|&n| (n, vec![])).collect();
+    let mut eperm: Rules = EPERM_CALLS.iter().map(|&n| (n, vec![])).collect();
     if target.pid_namespace {
         // The call's pid namespace ends with its init, which the host's kill
         // of the process group reaches: a new session inside (git's detached
@@ -240,6 +253,41 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         // address of the host's network.
         eperm.insert(libc::SYS_listen, vec![]);
     }
+    add_clone_ioctl_fcntl_rules(&mut eperm)?;
+    eperm.insert(libc::SYS_socket, socket_rules(target)?);
+    eperm.insert(libc::SYS_socketpair, socketpair_rules(target)?);
+    // bind: Landlock allows TCP on no port, and nothing else may bind either: a
+    // socketpair end could take an abstract name a host daemon binds later, and
+    // a UDP socket (beside a grant that names a host) a port. A UDP client needs
+    // no explicit bind (the kernel picks a port at the first send). In the
+    // call's network namespace every address and abstract name is its own.
+    if !netns {
+        eperm.insert(libc::SYS_bind, vec![]);
+    }
+    add_signal_rules(&mut eperm, target)?;
+    if target.uid0 {
+        for &call in UID0_EPERM_CALLS {
+            eperm.insert(call, vec![]);
+        }
+    }
+    add_fastopen_rules(&mut eperm)?;
+    add_other_process_rules(&mut eperm)?;
+    if !target.ipc {
+        for &call in IPC_CALLS {
+            eperm.insert(call, vec![]);
+        }
+    }
+    if !target.inotify {
+        for call in [libc::SYS_inotify_init, libc::SYS_inotify_init1] {
+            eperm.insert(call, vec![]);
+        }
+    }
+    Ok(eperm)
+}
+
+/// New namespaces and `CLONE_PARENT` (`clone`), faking terminal input and
+/// taking over another process's signals (`ioctl`, `fcntl`).
+fn add_clone_ioctl_fcntl_rules(eperm: &mut Rules) -> Result<(), String> {
     let clone_rules = NAMESPACE_FLAGS
         .iter()
         .map(|&flag| rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?]))
@@ -259,63 +307,68 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         libc::SYS_fcntl,
         FCNTL_SETOWN.iter().map(|&c| rule(vec![cond(1, Len::Dword, Op::Eq, c)?])).collect::<Result<Vec<_>, _>>()?,
     );
-    let unix = libc::AF_UNIX as u64;
+    Ok(())
+}
+
+/// `socket`: without a network grant (or namespace) every socket is refused;
+/// with one, every family but IP (and `AF_UNIX` when admitted), and every IP
+/// socket but a stream (and a datagram, with UDP).
+fn socket_rules(target: Target) -> Result<Vec<SeccompRule>, String> {
+    let netns = target.network_namespace;
+    let (net, udp) = (target.net || netns, (target.net && target.udp) || netns);
+    if !net {
+        return Ok(vec![]);
+    }
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
-    let socket_rules = if net {
-        let mut other_family = vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?];
-        if target.unix {
-            other_family.push(cond(0, Len::Dword, Op::Ne, unix)?);
-        }
-        let mut rules = vec![rule(other_family)?];
-        let mut protocols = vec![0, libc::IPPROTO_TCP as u64];
-        // Every socket type but a stream (and a datagram, when UDP is allowed);
-        // the low four bits, so SOCK_NONBLOCK and SOCK_CLOEXEC do not matter.
-        let mut refused_types =
-            vec![libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, SOCK_PACKET];
-        if udp {
-            protocols.push(libc::IPPROTO_UDP as u64);
-        } else {
-            refused_types.push(libc::SOCK_DGRAM);
-        }
-        for family in [inet, inet6] {
-            let mut other_protocol = vec![cond(0, Len::Dword, Op::Eq, family)?];
-            for p in &protocols {
-                other_protocol.push(cond(2, Len::Dword, Op::Ne, *p)?);
-            }
-            rules.push(rule(other_protocol)?);
-            for t in &refused_types {
-                rules.push(rule(vec![
-                    cond(0, Len::Dword, Op::Eq, family)?,
-                    cond(1, Len::Dword, Op::MaskedEq(0xf), *t as u64)?,
-                ])?);
-            }
-        }
-        rules
+    let mut other_family = vec![cond(0, Len::Dword, Op::Ne, inet)?, cond(0, Len::Dword, Op::Ne, inet6)?];
+    if target.unix {
+        other_family.push(cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?);
+    }
+    let mut rules = vec![rule(other_family)?];
+    let mut protocols = vec![0, libc::IPPROTO_TCP as u64];
+    // Every socket type but a stream (and a datagram, when UDP is allowed);
+    // the low four bits, so SOCK_NONBLOCK and SOCK_CLOEXEC do not matter.
+    let mut refused_types = vec![libc::SOCK_RAW, libc::SOCK_RDM, libc::SOCK_SEQPACKET, libc::SOCK_DCCP, SOCK_PACKET];
+    if udp {
+        protocols.push(libc::IPPROTO_UDP as u64);
     } else {
-        vec![]
-    };
-    eperm.insert(libc::SYS_socket, socket_rules);
+        refused_types.push(libc::SOCK_DGRAM);
+    }
+    for family in [inet, inet6] {
+        let mut other_protocol = vec![cond(0, Len::Dword, Op::Eq, family)?];
+        for p in &protocols {
+            other_protocol.push(cond(2, Len::Dword, Op::Ne, *p)?);
+        }
+        rules.push(rule(other_protocol)?);
+        for t in &refused_types {
+            rules.push(rule(vec![
+                cond(0, Len::Dword, Op::Eq, family)?,
+                cond(1, Len::Dword, Op::MaskedEq(0xf), *t as u64)?,
+            ])?);
+        }
+    }
+    Ok(rules)
+}
+
+/// `socketpair`: only `AF_UNIX` stream pairs, unless the call has its own root
+/// and network namespace.
+fn socketpair_rules(target: Target) -> Result<Vec<SeccompRule>, String> {
     // socketpair only makes AF_UNIX pairs; refuse anything else for clarity. A
     // datagram pair is refused too: either end may still `sendto` (or
     // `connect` again) any unix datagram socket the uid can write, by path; and
     // so is `SOCK_RAW`, which `AF_UNIX` quietly turns into `SOCK_DGRAM`.
     // With the call's own root and network namespace, a datagram pair reaches
     // nothing a path or an abstract name outside the call names.
-    let mut pair_rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, unix)?])?];
+    let mut pair_rules = vec![rule(vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?])?];
     if !target.unix {
         pair_rules.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?])?);
         pair_rules.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?])?);
     }
-    eperm.insert(libc::SYS_socketpair, pair_rules);
-    // bind: Landlock allows TCP on no port, and nothing else may bind either: a
-    // socketpair end could take an abstract name a host daemon binds later, and
-    // a UDP socket (beside a grant that names a host) a port. A UDP client needs
-    // no explicit bind (the kernel picks a port at the first send). In the
-    // call's network namespace every address and abstract name is its own.
-    if !netns {
-        eperm.insert(libc::SYS_bind, vec![]);
-    }
+    Ok(pair_rules)
+}
 
+/// Signals (and pidfds) aimed at the host's process or its process group.
+fn add_signal_rules(eperm: &mut Rules, target: Target) -> Result<(), String> {
     // Signals to the host. pid_t is 32 bits: compare the low half, two's complement.
     let host = u64::from(target.host_pid);
     let neg = |v: u32| u64::from(v.wrapping_neg());
@@ -334,13 +387,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         eperm.insert(call, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
     }
     eperm.insert(libc::SYS_pidfd_open, vec![rule(vec![cond(0, Len::Dword, Op::Eq, host)?])?]);
-    if target.uid0 {
-        for &call in UID0_EPERM_CALLS {
-            eperm.insert(call, vec![]);
-        }
-    }
+    Ok(())
+}
 
-    // Implicit connects: TCP Fast Open.
+/// Implicit connects (TCP Fast Open) and `SO_REUSEPORT`.
+fn add_fastopen_rules(eperm: &mut Rules) -> Result<(), String> {
     let fastopen = |arg: u8| -> Result<Vec<SeccompRule>, String> {
         Ok(vec![rule(vec![cond(arg, Len::Dword, Op::MaskedEq(MSG_FASTOPEN), MSG_FASTOPEN)?])?])
     };
@@ -358,8 +409,11 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
         cond(2, Len::Dword, Op::Eq, SO_REUSEPORT)?,
     ])?);
     eperm.insert(libc::SYS_setsockopt, setsockopt_rules);
+    Ok(())
+}
 
-    // Other processes' resources and scheduling.
+/// Other processes' resources and scheduling.
+fn add_other_process_rules(eperm: &mut Rules) -> Result<(), String> {
     eperm.insert(
         libc::SYS_prlimit64,
         vec![rule(vec![cond(0, Len::Dword, Op::Ne, 0)?, cond(2, Len::Qword, Op::Ne, 0)?])?],
@@ -374,18 +428,7 @@ pub fn build(target: Target) -> Result<Vec<BpfProgram>, String> {
     for &call in OWN_PID_ONLY_CALLS {
         eperm.insert(call, vec![rule(vec![cond(0, Len::Dword, Op::Ne, 0)?])?]);
     }
-    if !target.ipc {
-        for &call in IPC_CALLS {
-            eperm.insert(call, vec![]);
-        }
-    }
-    if !target.inotify {
-        for call in [libc::SYS_inotify_init, libc::SYS_inotify_init1] {
-            eperm.insert(call, vec![]);
-        }
-    }
-
-    Ok(vec![x32_guard(), compile(enosys, SeccompAction::Errno(ENOSYS))?, compile(eperm, SeccompAction::Errno(EPERM))?])
+    Ok(())
 }
 
 /// Installs `filters` on the calling thread (inherited across `execve`). Needs `NO_NEW_PRIVS`.
