@@ -8,6 +8,7 @@
 //! layer is [`crate::layer`]. docs/security.md, "Process tools".
 
 pub mod cgroup;
+mod launch;
 pub mod plan;
 pub mod program;
 pub mod progress;
@@ -15,9 +16,10 @@ mod report;
 mod server;
 mod supervise;
 
+use self::launch::{Prepared, Start, attach_proxy, launch_helper};
 use self::report::{
-    Ends, egress_kind, helper_failed, ipc_kind, layer_note, limit_reached, memory_bound, metadata_kind, namespace_name,
-    protected_hint,
+    Ends, add_hints, best_effort_sandbox, egress_kind, exit_of, helper_failed, ipc_kind, layer_note, limit_reached,
+    memory_bound, metadata_kind, namespace_name,
 };
 pub use self::server::{Layered, ServerProcess, StartedServer};
 use warden_sandbox::{helper, landlock, limits, namespaces, netns, spec};
@@ -157,127 +159,6 @@ enum Launch {
     },
     /// A long-running MCP server: the helper socket becomes its stdin.
     Server,
-}
-
-/// What [`ProcessRuntime::prepare`] made for a call.
-struct Prepared {
-    namespaces: bool,
-    layer: Option<Layered>,
-    layers_cover_writes: bool,
-    cgroup: Option<cgroup::CallCgroup>,
-    run_as: Option<(u32, u32)>,
-}
-
-/// How the helper starts: which binary, whether warden's own stdio is the
-/// program's, whether the host keeps writing to its stdin (a server), and the
-/// tool's end of the progress pipe.
-struct Start<'a> {
-    helper: &'a PathBuf,
-    inherit: bool,
-    stdin_from_host: bool,
-    progress: Option<std::os::fd::OwnedFd>,
-}
-
-/// Starts the helper and hands it `spec` (and the descriptors it passes on)
-/// over its socket; the cgroup is joined from here where that is faster.
-fn launch_helper(
-    tool: &str,
-    spec: spec::SandboxSpec,
-    start: Start<'_>,
-    prepared: Prepared,
-) -> Result<Spawned, CallError> {
-    let Start { helper, inherit, stdin_from_host, progress: progress_fd } = start;
-    let Prepared { cgroup, layer, .. } = prepared;
-    let internal = |what: &str, e: std::io::Error| CallError::new(ErrorCode::Internal, format!("{tool}: {what}: {e}"));
-    // The helper's stdin: the spec goes in, its reports come back (see `spec`).
-    let (mut channel, helper_end) =
-        std::os::unix::net::UnixStream::pair().map_err(|e| internal("cannot create the helper socket", e))?;
-    let child = Command::new(helper)
-        .arg(helper::HELPER_ARG)
-        .env_clear()
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(helper_end)))
-        .stdout(if inherit { Stdio::inherit() } else { Stdio::piped() })
-        .stderr(if inherit && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            Stdio::inherit()
-        } else {
-            Stdio::piped()
-        })
-        .spawn()
-        .map_err(|e| {
-            CallError::new(
-                ErrorCode::SandboxUnavailable,
-                format!("{tool}: cannot start the sandbox helper {}: {e}", helper.display()),
-            )
-        })?;
-    let pid = Pid::from_raw(child.id() as i32);
-    // In v1 the helper moves its one thread in by itself, which takes no
-    // global lock (`CallCgroup::self_join_files`). In v2, moving a process
-    // waits for an RCU grace period; done here, it overlaps the helper's own
-    // start, and the helper only checks it (joining by itself if this failed).
-    let mut spec = spec;
-    if let (Some(c), Some(join)) = (&cgroup, spec.cgroup.as_mut())
-        && c.version == "v2"
-        && c.join(child.id()).is_ok()
-    {
-        join.join.clear();
-    }
-    let spec_json = serde_json::to_vec(&spec)
-        .map_err(|e| CallError::new(ErrorCode::Internal, format!("cannot encode the sandbox spec: {e}")))?;
-    {
-        use std::io::Write;
-        // A helper that died early shows up in its report, not here.
-        let _ = channel.write_all(&(spec_json.len() as u64).to_le_bytes());
-        let _ = channel.write_all(&spec_json);
-        // The tool's end of the progress pipe goes to the helper; the host keeps no copy.
-        if let Some(fd) = progress_fd
-            && let Err(e) = progress::send_fd(&channel, &fd, "the progress pipe")
-        {
-            tracing::debug!("{tool}: {e}");
-        }
-        // `warden run`: warden's stdin goes to the program too.
-        if inherit
-            && let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned()
-            && let Err(e) = progress::send_fd(&channel, &stdin, "its standard input")
-        {
-            tracing::debug!("{tool}: {e}");
-        }
-        if !stdin_from_host {
-            let _ = channel.shutdown(std::net::Shutdown::Write);
-        }
-    }
-    Ok(Spawned { child, pid, channel, cgroup, layer, proxy: None, report_prefix: None })
-}
-
-/// Receives the listener the helper made in the call's network namespace and
-/// starts warden's egress proxy on it, the call's one way out; without one, the
-/// helper's report (read next) says why.
-fn attach_proxy(tool: &str, walls: &Walls, spawned: &mut Spawned) -> Result<(), CallError> {
-    match netns::recv_listener(&spawned.channel, Duration::from_secs(10)) {
-        Ok(netns::Received::Listener(listener)) => {
-            let policy = crate::egress::EgressPolicy {
-                tool: tool.to_string(),
-                grants: walls.net.clone(),
-                allow_private: walls.allow_private,
-            };
-            match crate::egress::Proxy::start(listener, Arc::new(policy), walls.journal.clone()) {
-                Ok(p) => spawned.proxy = Some(p),
-                Err(e) => {
-                    let _ = killpg(spawned.pid, Signal::SIGKILL);
-                    let _ = nix::sys::signal::kill(spawned.pid, Signal::SIGKILL);
-                    let _ = spawned.child.wait();
-                    return Err(CallError::new(
-                        ErrorCode::SandboxUnavailable,
-                        format!("{tool}: cannot start warden's egress proxy: {e}"),
-                    ));
-                }
-            }
-        }
-        // The helper's report says why there is no socket (it refuses
-        // to go on in enforce mode; otherwise the tool has no network).
-        Ok(netns::Received::None) | Err(_) => {}
-        Ok(netns::Received::Report(b)) => spawned.report_prefix = Some(b),
-    }
-    Ok(())
 }
 
 /// Toolchains found or refused, never swapped: the program, each
@@ -820,46 +701,6 @@ impl ProcessRuntime {
             view: Some(if ns { "grants" } else { "host" }),
         }
     }
-}
-
-/// A wait status as the result's `exit_code` and `signal`.
-fn exit_of(status: i32) -> (Option<i32>, Option<i32>) {
-    if libc::WIFEXITED(status) {
-        (Some(libc::WEXITSTATUS(status)), None)
-    } else if libc::WIFSIGNALED(status) {
-        (None, Some(libc::WTERMSIG(status)))
-    } else {
-        (None, None)
-    }
-}
-
-/// What a result says to the model about a failure the walls may explain: a
-/// protected path it met (`protected`), and for a failed program, the grants
-/// its errors point at (`hints`).
-fn add_hints(value: &mut Value, tool: &str, walls: &Walls, exit_code: Option<i32>, stderr_tail: &[u8]) {
-    if let Some(hint) = protected_hint(walls, exit_code, stderr_tail) {
-        value["protected"] = json!(hint);
-    }
-    if exit_code != Some(0) {
-        let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
-        let grants = crate::hints::Grants {
-            tool,
-            dirs: &walls.dirs,
-            links: &walls.links,
-            net: !walls.net.is_empty(),
-            protected: &protected,
-        };
-        let hints = crate::hints::from_stderr(&grants, &String::from_utf8_lossy(stderr_tail));
-        if !hints.is_empty() {
-            value["hints"] = json!(hints);
-        }
-    }
-}
-
-/// The layers a best-effort call really got, in its result (which layers hold
-/// varies by host there).
-fn best_effort_sandbox(report: &HelperReport, confirmed: &SandboxReport, memory_cgroup: bool) -> Value {
-    json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths})
 }
 
 fn tv(t: libc::timeval) -> Duration {

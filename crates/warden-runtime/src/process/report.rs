@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use warden_sandbox::spec::HelperReport;
 
 use super::program;
-use crate::Walls;
 use crate::error::{CallError, ErrorCode};
 use crate::policy::ExecSpec;
+use crate::{SandboxReport, Walls};
 
 /// Why the helper stopped before the program ran: its report's error, or what
 /// it wrote to stderr, and for a program that could not be executed, what to
@@ -224,4 +225,44 @@ pub(super) fn ipc_kind(namespace: bool, sysv_ipc: bool) -> &'static str {
         (false, true) => "shared",
         (false, false) => "refused",
     }
+}
+
+/// A wait status as the result's `exit_code` and `signal`.
+pub(super) fn exit_of(status: i32) -> (Option<i32>, Option<i32>) {
+    if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (None, None)
+    }
+}
+
+/// What a result says to the model about a failure the walls may explain: a
+/// protected path it met (`protected`), and for a failed program, the grants
+/// its errors point at (`hints`).
+pub(super) fn add_hints(value: &mut Value, tool: &str, walls: &Walls, exit_code: Option<i32>, stderr_tail: &[u8]) {
+    if let Some(hint) = protected_hint(walls, exit_code, stderr_tail) {
+        value["protected"] = json!(hint);
+    }
+    if exit_code != Some(0) {
+        let protected: Vec<PathBuf> = walls.protect.rules.iter().map(|r| r.path.clone()).collect();
+        let grants = crate::hints::Grants {
+            tool,
+            dirs: &walls.dirs,
+            links: &walls.links,
+            net: !walls.net.is_empty(),
+            protected: &protected,
+        };
+        let hints = crate::hints::from_stderr(&grants, &String::from_utf8_lossy(stderr_tail));
+        if !hints.is_empty() {
+            value["hints"] = json!(hints);
+        }
+    }
+}
+
+/// The layers a best-effort call really got, in its result (which layers hold
+/// varies by host there).
+pub(super) fn best_effort_sandbox(report: &HelperReport, confirmed: &SandboxReport, memory_cgroup: bool) -> Value {
+    json!({"landlock_abi": report.landlock_abi, "seccomp": report.seccomp, "rlimits": report.rlimits, "uid": report.uid, "pids_cgroup": report.cgroup, "tmp_quota": report.tmp_quota, "ipc_namespace": report.ipc_namespace, "memory_cgroup": memory_cgroup, "namespaces": confirmed.namespaces, "proc": confirmed.proc, "shm": report.shm_private, "paths": confirmed.paths})
 }
