@@ -338,26 +338,27 @@ impl ComponentRuntime {
     /// The interfaces a component imports (what it could ask the host for),
     /// sorted; compiles it (or takes it from the cache) without running it.
     pub fn imports(&self, bytes: &[u8]) -> Result<Vec<String>, CallError> {
-        let sha256 = hex::encode(Sha256::digest(bytes));
-        let rt = self.started()?;
-        let component = rt.cache.load(&rt.engine, &sha256, bytes).map_err(|e| {
-            CallError::new(ErrorCode::ExecutionFailed, format!("not a valid WebAssembly component: {e:#}"))
-        })?;
-        let mut names: Vec<String> =
-            component.component_type().imports(&rt.engine).map(|(name, _)| name.to_string()).collect();
-        names.sort();
-        Ok(names)
+        self.interfaces(bytes, |ty, engine| ty.imports(engine).map(|(name, _)| name.to_string()).collect())
     }
 
     /// The interfaces a component exports, sorted (`wasi:cli/run@…` marks a command program).
     pub fn exports(&self, bytes: &[u8]) -> Result<Vec<String>, CallError> {
+        self.interfaces(bytes, |ty, engine| ty.exports(engine).map(|(name, _)| name.to_string()).collect())
+    }
+
+    /// The names `list` reads from a component's type, sorted; compiles it (or
+    /// takes it from the cache) without running it.
+    fn interfaces(
+        &self,
+        bytes: &[u8],
+        list: impl Fn(&wasmtime::component::types::Component, &Engine) -> Vec<String>,
+    ) -> Result<Vec<String>, CallError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
         let rt = self.started()?;
         let component = rt.cache.load(&rt.engine, &sha256, bytes).map_err(|e| {
             CallError::new(ErrorCode::ExecutionFailed, format!("not a valid WebAssembly component: {e:#}"))
         })?;
-        let mut names: Vec<String> =
-            component.component_type().exports(&rt.engine).map(|(name, _)| name.to_string()).collect();
+        let mut names = list(&component.component_type(), &rt.engine);
         names.sort();
         Ok(names)
     }
