@@ -138,16 +138,10 @@ fn a_toolchain_outside_the_grants_is_refused_never_swapped() {
     std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.display(), util::PATH);
     let run_with_path = |policy: &str| {
-        let out = env
-            .command(&["--policy", policy, "run", "--", "sh", "-c", "python3 --version; echo ran"])
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut c = env.command(&["--policy", policy, "run", "--", "sh", "-c", "python3 --version; echo ran"]);
+        c.env("PATH", &path);
+        let r = util::run_to_end(c, None);
+        (Some(r.code), r.stdout, r.stderr)
     };
     let (code, stdout, stderr) = run_with_path("ci.toml");
     assert_eq!(code, Some(1), "{stdout}{stderr}");
@@ -522,14 +516,11 @@ fn cargo_test_runs_with_the_users_rustup_toolchain() {
             rustup.display()
         ),
     );
-    let out = env
-        .command(&["--policy", "../cargo.toml", "run", "--", "cargo", "test", "--offline", "-q"])
-        .current_dir(env.ws.join("crate"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "cargo test: {stdout}{stderr}");
-    assert!(stdout.contains("1 passed"), "cargo test: {stdout}{stderr}");
+    let mut c = env.command(&["--policy", "../cargo.toml", "run", "--", "cargo", "test", "--offline", "-q"]);
+    c.current_dir(env.ws.join("crate"));
+    let r = util::run_to_end(c, None);
+    assert_eq!(r.code, 0, "cargo test: {}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("1 passed"), "cargo test: {}{}", r.stdout, r.stderr);
 }
 
 /// `net.unix`: one host socket by path, bound into the call's root; its

@@ -1011,7 +1011,7 @@ fn deny_write_and_deny_read_hold_by_mounts_in_the_calls_namespace() {
 fn without_namespaces(env: &Env, args: &[&str]) -> Run {
     let mut c = env.command(args);
     c.env("WARDEN_NAMESPACES", "off");
-    util::run_for(c, None, util::LONGEST_RUN, &|_| {})
+    util::run_to_end(c, None)
 }
 
 /// With `WARDEN_NAMESPACES=off` a call with protected paths is refused in

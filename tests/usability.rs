@@ -581,7 +581,7 @@ fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
         if let Some(home) = std::env::var_os("HOME") {
             c.env("HOME", home);
         }
-        util::run_for(c, None, util::LONGEST_RUN, &|_| {})
+        util::run_to_end(c, None)
     };
     let shape = Shape { read: &[], env: &[], limits: "policies/ci.toml as shipped" };
     let r = run("python3 -m unittest -q test_unit 2>&1");
@@ -599,7 +599,7 @@ fn the_ci_policy_runs_real_test_runners_and_fails_the_step_when_they_fail() {
     let call = |command: &str| {
         let args = json!({ "command": command }).to_string();
         let c = env.command(&["--policy", policy.to_str().unwrap(), "call", "test", &args]);
-        let r = util::run_for(c, None, util::LONGEST_RUN, &|_| {});
+        let r = util::run_to_end(c, None);
         (r.code, r.stdout)
     };
     let (code, out) = call("python3 -m unittest -q test_unit");

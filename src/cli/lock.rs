@@ -34,7 +34,9 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     let mut new = Lock::new();
     let mut found: Found<'_> = BTreeMap::new();
     pin_plugins(&policy, &runtime, &mut new, &mut found)?;
-    pin_servers(&policy, &mut new, &mut found)?;
+    // The servers stay up until the lock is written, as they would for a call.
+    let servers = ServerPool::new(crate::runtime::process::default_helper(), &policy);
+    pin_servers(&policy, &servers, &mut new, &mut found)?;
     let old = existing_lock(&path);
     if let Some(tool) = show {
         return show_tool(tool, &found, old.as_ref(), &new);
@@ -72,11 +74,11 @@ fn pin_plugins<'a>(
 /// Starts the policy's servers, asks each for its tools and pins them.
 fn pin_servers<'a>(
     policy: &'a crate::policy::Policy,
+    servers: &ServerPool,
     new: &mut crate::lock::Lock,
     found: &mut Found<'a>,
 ) -> Result<(), Failure> {
     use crate::lock::Owner;
-    let servers = ServerPool::new(crate::runtime::process::default_helper(), policy);
     for s in policy.servers.values() {
         let defs = servers.definitions(s).map_err(|e| {
             fail(

@@ -175,7 +175,7 @@ impl Env {
         if stdin.is_some() {
             c.stdin(Stdio::piped());
         }
-        run_for(c, stdin.map(str::as_bytes), LONGEST_RUN, &|_| {})
+        run_to_end(c, stdin.map(str::as_bytes))
     }
 
     /// `warden call TOOL ARGS` with extra global flags before `call`.
@@ -237,6 +237,16 @@ pub(crate) fn run_bounded_with(c: Command, stdin: Option<&[u8]>, started: &dyn F
     run_for(c, stdin, HANG, started)
 }
 
+/// Runs `c` to its end, in a process group of its own; one that outlives
+/// [`LONGEST_RUN`] is killed with its group and fails the test.
+pub(crate) fn run_to_end(mut c: Command, stdin: Option<&[u8]>) -> Run {
+    use std::os::unix::process::CommandExt;
+    c.process_group(0);
+    let r = run_for(c, stdin, LONGEST_RUN, &|_| {});
+    assert!(!r.hung, "warden did not finish within {LONGEST_RUN:?} and was killed: {r:?}");
+    r
+}
+
 /// Spawns `c` (stdout and stderr piped), feeds `stdin`, collects both streams,
 /// calls `started` with its pid, and kills it past `limit` (the run is then `hung`).
 pub(crate) fn run_for(mut c: Command, stdin: Option<&[u8]>, limit: Duration, started: &dyn Fn(u32)) -> Run {
@@ -269,6 +279,8 @@ pub(crate) fn run_for(mut c: Command, stdin: Option<&[u8]>, limit: Duration, sta
         }
         if Instant::now() > deadline {
             hung = true;
+            // Its group too, when it leads one (what it started would hold the pipes open).
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGKILL);
             let _ = child.kill();
             break child.wait().unwrap();
         }

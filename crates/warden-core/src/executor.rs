@@ -587,18 +587,29 @@ impl Executor {
             return Ok(self.shape(spec, value, usage, blocks, trace));
         }
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable, &self.policy.own_files)?;
-        let input = match hooks.run.as_deref() {
-            Some(argv) => Input::Argv(argv.to_vec()),
-            None => Input::Args(&call.args),
-        };
         let tmp_path = tmp.as_ref().map(|t| t.path.as_path());
-        let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
         let run = match (&spec.runner, &ready.plugin) {
-            (Runner::Process(exec), _) => run_in(&self.processes, exec, invocation, trace),
-            (Runner::Plugin(_), Some(plugin)) => run_in(&self.runtime, plugin, invocation, trace),
+            (Runner::Process(exec), _) => {
+                // `warden run`: its command line under the tool's walls (only a process tool lends them).
+                let input = match hooks.run.as_deref() {
+                    Some(argv) => Input::Argv(argv.to_vec()),
+                    None => Input::Args(&call.args),
+                };
+                let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
+                run_in(&self.processes, exec, invocation, trace)
+            }
+            (Runner::Plugin(_), Some(plugin)) => {
+                let input = Input::Args(&call.args);
+                let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
+                run_in(&self.runtime, plugin, invocation, trace)
+            }
             (Runner::Command(command), Some(plugin)) => {
+                // The record names the walls even when the arguments cannot make a command line.
+                trace.sandbox = Some(self.runtime.report(&walls));
                 let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
-                run_in(&self.runtime, plugin, Invocation { input: Input::Argv(argv), ..invocation }, trace)
+                let input = Input::Argv(argv);
+                let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
+                run_in(&self.runtime, plugin, invocation, trace)
             }
             (Runner::Plugin(p), None) | (Runner::Command(CommandSpec { plugin: p, .. }), None) => {
                 return Err(CallError::new(ErrorCode::Internal, format!("{name}: plugin {p} is not loaded")));
