@@ -290,23 +290,8 @@ mod protected_paths {
             tmp_size: 0,
             tmp_files: 0,
         };
-        let walls = Walls {
-            dirs: vec![(ws.clone(), true), (ws.join(".git"), true)],
-            links: Vec::new(),
-            unix: Vec::new(),
-            env: vec![],
-            net: vec![],
-            allow_private: false,
-            journal: Default::default(),
-            limits,
-            workspace: ws.clone(),
-            has_tmp: false,
-            tmp: None,
-            sysv_ipc: false,
-            inotify: false,
-            system: false,
-            protect,
-        };
+        let dirs = vec![(ws.clone(), true), (ws.join(".git"), true)];
+        let walls = Walls { dirs, protect, ..Walls::nothing(ws.clone(), limits) };
         let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-test-cache");
         let rt = ComponentRuntime::new(Some(cache)).unwrap();
         let spec = PluginSpec {

@@ -84,23 +84,7 @@ impl Scene {
         let resolve = |p: &PathBuf| crate::runtime::resolve_grant("self-test", p, &writable).ok().flatten();
         let mut dirs = vec![(self.ws.clone(), true)];
         dirs.extend(extra_read.iter().filter_map(resolve).map(|p| (p, false)));
-        Walls {
-            dirs,
-            links: Vec::new(),
-            unix: Vec::new(),
-            env: Vec::new(),
-            net: Vec::new(),
-            allow_private: false,
-            journal: Default::default(),
-            limits: Scene::limits(timeout),
-            workspace: self.ws.clone(),
-            has_tmp: false,
-            tmp: None,
-            sysv_ipc: false,
-            inotify: false,
-            system: false,
-            protect: Default::default(),
-        }
+        Walls { dirs, ..Walls::nothing(self.ws.clone(), Scene::limits(timeout)) }
     }
 }
 

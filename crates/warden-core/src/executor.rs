@@ -605,8 +605,8 @@ impl Executor {
             }
             (Runner::Command(command), Some(plugin)) => {
                 // The record names the walls even when the arguments cannot make a command line.
-                trace.sandbox = Some(self.runtime.report(&walls));
-                let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)?;
+                let argv = command_argv(name, command, &call.args, &ready.path_args, &self.policy.workspace)
+                    .inspect_err(|_| trace.sandbox = Some(self.runtime.report(&walls)))?;
                 let input = Input::Argv(argv);
                 let invocation = Invocation { tool: name, input, walls: &walls, tmp: tmp_path, watch: hooks.watch() };
                 run_in(&self.runtime, plugin, invocation, trace)

@@ -275,8 +275,6 @@ pub struct Walls {
     pub limits: Limits,
     /// The workspace (relative paths are joined to it).
     pub workspace: PathBuf,
-    /// Whether the call has a `{tmp}`.
-    pub has_tmp: bool,
     /// The call's `{tmp}`, when it has one (nothing in it outlives the call).
     pub tmp: Option<PathBuf>,
     /// SysV IPC and POSIX message queues admitted without a private IPC namespace.
@@ -291,6 +289,28 @@ pub struct Walls {
 }
 
 impl Walls {
+    /// Walls that reach nothing (no directory, environment, network or IPC)
+    /// within `limits`: what a caller starts from before granting its own few
+    /// things (a component's `describe()`, the self-test, tests).
+    pub fn nothing(workspace: PathBuf, limits: Limits) -> Walls {
+        Walls {
+            dirs: Vec::new(),
+            links: Vec::new(),
+            env: Vec::new(),
+            net: Vec::new(),
+            unix: Vec::new(),
+            allow_private: false,
+            journal: Default::default(),
+            limits,
+            workspace,
+            tmp: None,
+            sysv_ipc: false,
+            inotify: false,
+            system: false,
+            protect: Default::default(),
+        }
+    }
+
     /// Resolves a tool's grants for one call; `tmp` is created when the grants mention it.
     /// `writable` are the places some tool may write ([`crate::Policy::writable_roots`]):
     /// a granted path that passes through a symbolic link inside one of them is
@@ -331,7 +351,6 @@ impl Walls {
             journal: Default::default(),
             limits: tool.limits,
             workspace: workspace.to_path_buf(),
-            has_tmp: tmp.is_some(),
             tmp: tmp.as_ref().map(|t| t.path.clone()),
             sysv_ipc: g.sysv_ipc,
             inotify: g.inotify,

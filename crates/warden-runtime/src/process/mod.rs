@@ -195,7 +195,7 @@ impl crate::Runtime for ProcessRuntime {
         let crate::Invocation { tool, input, walls, tmp, watch } = call;
         match input {
             crate::Input::Args(args) => self.call(tool, exec, args, walls, tmp, watch),
-            crate::Input::Argv(argv) => self.run_command(tool, &argv, exec, walls, tmp, watch.cancel),
+            crate::Input::Argv(argv) => self.run_command(tool, argv, exec, walls, tmp, watch.cancel),
         }
     }
 }
@@ -331,7 +331,7 @@ impl ProcessRuntime {
     fn run_command(
         &self,
         tool: &str,
-        argv: &[String],
+        mut argv: Vec<String>,
         exec: &ExecSpec,
         walls: &Walls,
         tmp: Option<&std::path::Path>,
@@ -340,7 +340,6 @@ impl ProcessRuntime {
         let program = argv.first().ok_or_else(|| {
             CallError::new(ErrorCode::InvalidArgs, format!("{tool}: warden run needs a command after --"))
         })?;
-        let mut argv = argv.to_vec();
         argv[0] = program::locate(tool, program, &exec.cwd, walls)?;
         // A terminal is the program's own; a CI log gets the bytes as they come
         // through a pipe, whose tail the result's hints are read from.
@@ -639,7 +638,7 @@ impl ProcessRuntime {
         confirmed.seccomp = report.seccomp;
         confirmed.rlimits = report.rlimits;
         confirmed.uid = Some(report.uid);
-        confirmed.tmp_quota = walls.has_tmp.then_some(report.tmp_quota);
+        confirmed.tmp_quota = walls.tmp.is_some().then_some(report.tmp_quota);
         if let Some(why) = &report.namespace_error
             && let Ok(mut refused) = REFUSED.lock()
         {
@@ -690,7 +689,7 @@ impl ProcessRuntime {
             ),
             dirs: walls.dirs_text(),
             net: walls.net.iter().map(|g| g.to_string()).collect(),
-            tmp_quota: walls.has_tmp.then_some(self.support.root || ns),
+            tmp_quota: walls.tmp.is_some().then_some(self.support.root || ns),
             memory: Some(memory_bound(self.support.root)),
             ipc: Some(ipc_kind(self.support.root || ns, walls.sysv_ipc)),
             paths: (!walls.protect.rules.is_empty()).then_some(if ns { "mount-namespace" } else { "none" }),

@@ -428,33 +428,18 @@ impl ComponentRuntime {
                 let world = if v2 { "warden:plugin@0.2.0" } else { "warden:plugin@0.1.0" };
                 fail(ErrorCode::ExecutionFailed, format!("does not fit the {world} world: {e:#}{hint}"))
             })?;
-        let walls = Walls {
-            dirs: Vec::new(),
-            links: Vec::new(),
-            unix: Vec::new(),
-            env: Vec::new(),
-            net: Vec::new(),
-            allow_private: false,
-            journal: Default::default(),
-            limits: crate::policy::Limits {
-                timeout: DESCRIBE_TIMEOUT,
-                memory: DESCRIBE_MEMORY,
-                max_output: 1 << 20,
-                cpu: DESCRIBE_TIMEOUT,
-                processes: 1,
-                open_files: 1,
-                file_size: 0,
-                tmp_size: 0,
-                tmp_files: 0,
-            },
-            workspace: PathBuf::from("/"),
-            has_tmp: false,
-            tmp: None,
-            sysv_ipc: false,
-            inotify: false,
-            system: false,
-            protect: Default::default(),
+        let limits = crate::policy::Limits {
+            timeout: DESCRIBE_TIMEOUT,
+            memory: DESCRIBE_MEMORY,
+            max_output: 1 << 20,
+            cpu: DESCRIBE_TIMEOUT,
+            processes: 1,
+            open_files: 1,
+            file_size: 0,
+            tmp_size: 0,
+            tmp_files: 0,
         };
+        let walls = Walls::nothing(PathBuf::from("/"), limits);
         let (mut store, _out, _err) = self.store("describe", &walls, Cancel::new(), &[], None)?;
         let described: wasmtime::Result<Vec<ToolDef>> = match &pre {
             Pre::Tool(pre) => {

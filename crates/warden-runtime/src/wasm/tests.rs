@@ -66,23 +66,7 @@ fn walls() -> Walls {
         tmp_size: 0,
         tmp_files: 0,
     };
-    Walls {
-        dirs: vec![],
-        links: Vec::new(),
-        unix: Vec::new(),
-        env: vec![],
-        net: vec![],
-        allow_private: false,
-        journal: Default::default(),
-        limits,
-        workspace: PathBuf::from("/"),
-        has_tmp: false,
-        tmp: None,
-        sysv_ipc: false,
-        inotify: false,
-        system: false,
-        protect: Default::default(),
-    }
+    Walls::nothing(PathBuf::from("/"), limits)
 }
 
 /// Table growth is bounded like memory: a guest asking for a million more
