@@ -166,6 +166,24 @@ pub enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Publish a component to an OCI registry (the CNCF Wasm layout) and print
+    /// the `source = "oci://…@sha256:…"` line that pins it by digest.
+    Push {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPO[:TAG] (https; plain http only to loopback).
+        target: String,
+        /// An armored sshsig signature of the component (`ssh-keygen -Y sign -n warden-plugin`),
+        /// stored as the manifest's dev.warden.signature.sshsig annotation.
+        #[arg(long, value_name = "FILE")]
+        signature: Option<PathBuf>,
+    },
+    /// Fetch oci://HOST/REPO@sha256:… into the cache, checked as a policy load
+    /// checks it, and print where it lies and its sha256.
+    Pull {
+        /// The reference, by digest.
+        reference: String,
+    },
 }
 
 /// `warden log …`

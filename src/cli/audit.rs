@@ -88,7 +88,7 @@ pub(super) fn poisoned_definitions(
     runtime: &ComponentRuntime,
     servers: &ServerPool,
 ) -> Vec<(&'static str, String, String, crate::poisoning::Poisoned)> {
-    use crate::policy::{PluginKind, PluginSource};
+    use crate::policy::PluginKind;
     let mut out = Vec::new();
     let mut judge = |section: &'static str, owner: &str, name: String, def: &crate::runtime::ToolDef| {
         let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) else { return };
@@ -98,7 +98,7 @@ pub(super) fn poisoned_definitions(
         out.push((section, owner.to_string(), name, p));
     };
     for p in policy.plugins.values() {
-        if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
+        if !p.source.is_third_party() || p.kind == PluginKind::Command {
             continue;
         }
         let Ok(loaded) = runtime.load(p) else { continue };

@@ -56,9 +56,9 @@ fn pin_plugins<'a>(
     found: &mut Found<'a>,
 ) -> Result<(), Failure> {
     use crate::lock::Owner;
-    use crate::policy::{PluginKind, PluginSource};
+    use crate::policy::PluginKind;
     for p in policy.plugins.values() {
-        if !matches!(p.source, PluginSource::File(_)) || p.kind == PluginKind::Command {
+        if !p.source.is_third_party() || p.kind == PluginKind::Command {
             continue;
         }
         let loaded =

@@ -83,6 +83,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             serve::serve(&s, *http, *approval_timeout, allow_origin)
         }
         Command::Plugin(PluginCommand::Inspect { file, json }) => plugin::plugin_inspect(file, *json),
+        Command::Plugin(PluginCommand::Push { file, target, signature }) => {
+            plugin::push(file, target, signature.as_deref())
+        }
+        Command::Plugin(PluginCommand::Pull { reference }) => plugin::pull(reference),
         Command::Lock { check, show } => lock::lock(&s, *check, show.as_deref()),
         Command::Audit { format, fail_on, no_self_test } => audit::audit(&s, *format, *fail_on, !*no_self_test),
         Command::List { json } => list::command(&s, *json),

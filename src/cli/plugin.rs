@@ -1,4 +1,9 @@
-//! `warden plugin inspect`: what a component asks for, before it is declared.
+//! `warden plugin inspect`: what a component asks for, before it is declared;
+//! `push` and `pull` (OCI registries) are in [`oci`].
+
+mod oci;
+
+pub(super) use self::oci::{pull, push};
 
 use std::path::Path;
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 pub(crate) mod kit;
 pub(crate) mod mcp_stdio;
+pub(crate) mod registry;
 
 /// A temporary workspace plus a directory outside it.
 pub(crate) struct Env {

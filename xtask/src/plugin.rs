@@ -21,6 +21,8 @@ use serde_json::Value;
 
 use crate::{cargo, root};
 
+mod push;
+
 /// The target every plugin is built for.
 const TARGET: &str = "wasm32-wasip2";
 
@@ -28,12 +30,15 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask plugin new NAME [--dir DIR]
        cargo xtask plugin build NAME...|--all [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin check NAME|FILE.wasm [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin push NAME|FILE.wasm oci://HOST[:PORT]/REPO[:TAG] [--dir DIR] [--warden FILE]
 
   new     create DIR/NAME: a plugin with one example tool (greet), its own cargo workspace and lock file
   build   build DIR/NAME reproducibly for wasm32-wasip2, write target/plugins/NAME.wasm, print its
           sha256 (stderr) and a policy snippet (stdout)
   check   build (or take FILE.wasm), load it as warden does, list its tools and WASI imports; exit 1
           when describe() fails, a schema is unusable, or a tool name is invalid or repeated
+  push    publish target/plugins/NAME.wasm (or FILE.wasm) to an OCI registry with FILE.wasm.sig as its
+          signature when present; print the source = \"oci://…@sha256:…\" line that pins it
 
   --dir DIR         where plugins live (default: this repository's plugins/)
   --target-dir DIR  cargo's target directory for the build (default: $CARGO_TARGET_DIR, else
@@ -80,6 +85,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "new" => new(&opts),
         "build" => build(&opts),
         "check" => check(&opts),
+        "push" => push::push(&opts),
         other => Err(format!("plugin: unknown subcommand {other:?} (new, build or check)\n{USAGE}")),
     }
 }

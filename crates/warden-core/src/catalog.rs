@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::error::{CallError, ErrorCode};
 use crate::lock::{Owner, Pins};
-use crate::policy::{PluginSource, Policy, Runner, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
+use crate::policy::{Policy, Runner, SERVER_TOOL_SEPARATOR, Tier, ToolSpec};
 use crate::runtime::ToolDef;
 use crate::runtime::server::ServerPool;
 use crate::runtime::wasm::{ComponentRuntime, LoadedPlugin};
@@ -81,7 +81,7 @@ impl Catalog {
             let pinned: Vec<String> = policy
                 .plugins
                 .values()
-                .filter(|p| matches!(p.source, PluginSource::File(_)) && p.kind == crate::policy::PluginKind::Tool)
+                .filter(|p| p.source.is_third_party() && p.kind == crate::policy::PluginKind::Tool)
                 .map(|p| format!("plugin {}", p.name))
                 .chain(policy.servers.keys().map(|s| format!("server {s}")))
                 .collect();
@@ -307,7 +307,7 @@ impl Found<'_> {
                 let def = find(&plugin.tools, &spec.name, || {
                     format!("tool {} ({}): plugin {plugin_name}", spec.name, spec.location)
                 })?;
-                if policy.plugins.get(plugin_name).is_some_and(|p| matches!(p.source, PluginSource::File(_))) {
+                if policy.plugins.get(plugin_name).is_some_and(|p| p.source.is_third_party()) {
                     poisoned(spec, &format!("plugin {plugin_name}"), def)?;
                     self.pins.check(Owner::Plugin(plugin_name), def).map_err(refused)?;
                 }

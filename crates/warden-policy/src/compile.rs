@@ -228,7 +228,8 @@ fn compile_plugins(c: &mut Checker<'_>, raw: &RawPolicy, dir: &Path) -> BTreeMap
     plugins
 }
 
-/// A plugin's `source`: `builtin:NAME` (one of [`BUILTIN_PLUGINS`]) or a file relative to `dir`.
+/// A plugin's `source`: `builtin:NAME` (one of [`BUILTIN_PLUGINS`]), `oci://HOST/REPO@sha256:…`
+/// (by digest only) or a file relative to `dir`.
 fn plugin_source(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin, dir: &Path) -> PluginSource {
     let source = p.source.get_ref();
     if let Some(builtin) = source.strip_prefix("builtin:") {
@@ -239,6 +240,14 @@ fn plugin_source(c: &mut Checker<'_>, name: &str, p: &crate::schema::RawPlugin, 
             );
         }
         PluginSource::Builtin(builtin.to_string())
+    } else if source.starts_with("oci://") {
+        match crate::oci::OciRef::parse(source) {
+            Ok(r) => PluginSource::Oci(r),
+            Err(why) => {
+                c.problem(p.source.span(), format!("plugin {name}: source of [plugins.{name}]: {why}"));
+                PluginSource::File(PathBuf::new())
+            }
+        }
     } else {
         PluginSource::File(dir.join(source))
     }

@@ -12,6 +12,7 @@
 
 pub mod compile;
 pub mod glob;
+pub mod oci;
 pub mod profile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
 pub mod schema;
@@ -26,6 +27,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
+pub use oci::OciRef;
 pub use profile::Profile;
 
 /// The policy compiled into warden, used when no `--policy` is given and no
@@ -240,6 +242,26 @@ pub enum PluginSource {
     Builtin(String),
     /// A `.wasm` file, resolved against the policy file's directory.
     File(PathBuf),
+    /// A component in an OCI registry, by manifest digest (`oci://HOST/REPO@sha256:…`).
+    Oci(OciRef),
+}
+
+impl PluginSource {
+    /// Whether the component comes from outside warden (a file or a registry):
+    /// its tools' definitions are pinned in warden.lock and linted.
+    pub fn is_third_party(&self) -> bool {
+        !matches!(self, PluginSource::Builtin(_))
+    }
+}
+
+impl fmt::Display for PluginSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginSource::Builtin(name) => write!(f, "builtin:{name}"),
+            PluginSource::File(path) => write!(f, "{}", path.display()),
+            PluginSource::Oci(r) => write!(f, "{r}"),
+        }
+    }
 }
 
 /// What kind of component a plugin is.
@@ -261,7 +283,8 @@ pub struct PluginSpec {
     pub source: PluginSource,
     /// `kind = "tool"` (default) or `"command"`.
     pub kind: PluginKind,
-    /// The pinned sha256 (lowercase hex); required for files.
+    /// The pinned sha256 of the component bytes (lowercase hex); required for
+    /// files, optional for OCI (where it must equal the layer digest).
     pub sha256: Option<String>,
     /// `file:line:column` of the table, for messages.
     pub location: String,

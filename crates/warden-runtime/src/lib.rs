@@ -21,6 +21,7 @@ pub mod shape;
 pub mod capture;
 pub mod hints;
 pub mod layer;
+pub mod oci;
 pub mod persist;
 pub mod process;
 pub mod progress;

@@ -81,7 +81,7 @@ impl ComponentCache {
     }
 }
 
-fn safe_owner_and_mode(meta: &fs::Metadata) -> bool {
+pub(crate) fn safe_owner_and_mode(meta: &fs::Metadata) -> bool {
     meta.uid() == current_uid() && meta.mode() & 0o022 == 0
 }
 
@@ -90,7 +90,7 @@ fn current_uid() -> u32 {
     fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
 }
 
-fn prepare_dir(dir: &Path) -> Result<(), String> {
+pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
     if !dir.exists() {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| e.to_string())?;
     }
@@ -107,7 +107,7 @@ fn prepare_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     f.write_all(bytes)?;

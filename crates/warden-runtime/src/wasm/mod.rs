@@ -7,7 +7,7 @@
 //! outer wait; protected paths are enforced in the filesystem interface (module
 //! `guard`). docs/security.md, "Component tools".
 
-mod cache;
+pub(crate) mod cache;
 mod guard;
 mod invoke;
 mod net;
@@ -370,16 +370,8 @@ impl ComponentRuntime {
             return Ok(p.clone());
         }
         let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
-        let (bytes, sha256): (std::borrow::Cow<'static, [u8]>, String) = match &spec.source {
-            PluginSource::Builtin(name) if name == "fs" => (BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string()),
-            PluginSource::Builtin(name) if name == "net" => (BUILTIN_NET.into(), BUILTIN_NET_SHA256.to_string()),
-            PluginSource::Builtin(name) => return Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
-            PluginSource::File(path) => {
-                let bytes = read_component_file(path).map_err(|(code, msg)| fail(code, msg))?;
-                let sha256 = hex::encode(Sha256::digest(&bytes));
-                (bytes.into(), sha256)
-            }
-        };
+        // `oci_signature`: the OCI manifest's signature annotation, for the signature check before compiling.
+        let (bytes, sha256, oci_signature) = self.source_bytes(spec)?;
         if let Some(pinned) = &spec.sha256
             && *pinned != sha256
         {
@@ -391,6 +383,8 @@ impl ComponentRuntime {
                 ),
             ));
         }
+        // Signature verification (when the policy names signers) goes here, before compiling.
+        drop(oci_signature);
         let rt = self.started()?;
         let component = rt
             .cache
@@ -462,6 +456,29 @@ impl ComponentRuntime {
         let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre });
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
         Ok(loaded)
+    }
+
+    /// A plugin's component bytes, their sha256 and, from an OCI manifest, its
+    /// signature annotation (`dev.warden.signature.sshsig`).
+    fn source_bytes(&self, spec: &PluginSpec) -> Result<(std::borrow::Cow<'static, [u8]>, String, Option<String>), CallError> {
+        let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
+        match &spec.source {
+            PluginSource::Builtin(name) if name == "fs" => Ok((BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string(), None)),
+            PluginSource::Builtin(name) if name == "net" => Ok((BUILTIN_NET.into(), BUILTIN_NET_SHA256.to_string(), None)),
+            PluginSource::Builtin(name) => Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
+            PluginSource::File(path) => {
+                let bytes = read_component_file(path).map_err(|(code, msg)| fail(code, msg))?;
+                let sha256 = hex::encode(Sha256::digest(&bytes));
+                Ok((bytes.into(), sha256, None))
+            }
+            PluginSource::Oci(r) => {
+                let fetched = crate::oci::fetch(r, self.cache_dir.as_deref()).map_err(|e| {
+                    let code = if e.integrity { ErrorCode::Denied } else { ErrorCode::ExecutionFailed };
+                    fail(code, format!("source {r}: {}; the plugin is not loaded", e.message))
+                })?;
+                Ok((fetched.bytes.into(), fetched.sha256, fetched.signature))
+            }
+        }
     }
 
     /// A fresh store confined to `walls`, with its stdout and stderr pipes; it
