@@ -270,7 +270,8 @@ fn plugin_sha256(
             Some(v)
         }
         None => {
-            if matches!(source, PluginSource::File(_)) {
+            // An unusable oci:// source already has its problem (and needs no sha256).
+            if matches!(source, PluginSource::File(_)) && !p.source.get_ref().starts_with("oci://") {
                 c.problem(
                     span.clone(),
                     format!(

@@ -48,9 +48,11 @@ pub(in crate::cli) fn push(file: &Path, target: &str, signature: Option<&Path>) 
     let bytes = read_capped(file, MAX_COMPONENT_FILE, "a component warden loads")?;
     let signature = signature.map(signature_text).transpose()?;
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
-    let interfaces = runtime.imports(&bytes).and_then(|i| Ok((i, runtime.exports(&bytes)?)));
-    let (imports, exports) =
-        interfaces.map_err(|e| fail(ErrorCode::InvalidArgs, format!("{}: {}", file.display(), e.message)))?;
+    let not_component = |e: crate::error::CallError| {
+        fail(ErrorCode::InvalidArgs, format!("{}: {} (push takes a component, wasm32-wasip2)", file.display(), e.message))
+    };
+    let imports = runtime.imports(&bytes).map_err(not_component)?;
+    let exports = runtime.exports(&bytes).map_err(not_component)?;
     let pushed = oci::push(&target, &bytes, &imports, &exports, signature.as_deref()).map_err(|e| {
         fail(ErrorCode::ExecutionFailed, format!("cannot push {} to {}/{}: {e}", file.display(), target.registry, target.repository))
     })?;

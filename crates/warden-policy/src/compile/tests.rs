@@ -96,6 +96,19 @@ fn plugins_that_are_not_builtin_need_a_pin() {
 }
 
 #[test]
+fn oci_sources_are_by_digest_and_need_no_pin() {
+    let digest = format!("sha256:{}", "b".repeat(64));
+    let ok = load(&format!("version = 1\n[plugins.w]\nsource = \"oci://127.0.0.1:5000/p/w@{digest}\"\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let expected = crate::OciRef { registry: "127.0.0.1:5000".into(), repository: "p/w".into(), digest };
+    assert_eq!(ok.plugins["w"].source, PluginSource::Oci(expected));
+    assert!(ok.plugins["w"].source.is_third_party());
+    let e = load("version = 1\n[plugins.w]\nsource = \"oci://127.0.0.1:5000/p/w:1.0\"\n").unwrap_err().to_string();
+    assert!(e.contains("source of [plugins.w]") && e.contains("digest only"), "{e}");
+    assert!(!e.contains("missing sha256"), "{e}");
+}
+
+#[test]
 fn bad_regexes_are_rejected() {
     let p = first_problem(&format!(
         "{HEAD}[tools.grep]\nplugin = \"fs\"\n[[tools.grep.rule]]\nwhen = {{ pattern = \"(\" }}\ntier = \"deny\"\n"
