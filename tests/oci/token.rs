@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::util::registry::Registry;
 use super::util::Env;
+use super::util::registry::Registry;
 use super::{TESTKIT, fresh_cache, warden, write_policy};
 
 const SERVICE: &str = "warden-test-registry";
@@ -62,7 +62,8 @@ fn token(dir: &Path, repo: &str) -> String {
     let signing = format!("{}.{}", b64(header.as_bytes(), true), b64(claims.to_string().as_bytes(), true));
     let input = dir.join(format!("signing-{}", rand_suffix()));
     std::fs::write(&input, &signing).unwrap();
-    let sig = Command::new("openssl").args(["dgst", "-sha256", "-sign", "tok.key"]).arg(&input).current_dir(dir).output();
+    let sig =
+        Command::new("openssl").args(["dgst", "-sha256", "-sign", "tok.key"]).arg(&input).current_dir(dir).output();
     format!("{signing}.{}", b64(&sig.unwrap().stdout, true))
 }
 
@@ -88,7 +89,10 @@ fn serve_tokens(listener: TcpListener, dir: std::path::PathBuf, refused: Arc<Ato
         let authorized = lines.iter().any(|l| l.to_ascii_lowercase() == format!("authorization: {basic}"));
         let answer = if authorized {
             let body = serde_json::json!({"token": token(&dir, "plugins/kit")}).to_string();
-            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
         } else {
             refused.fetch_add(1, Ordering::Relaxed);
             "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()

@@ -19,7 +19,10 @@ fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, Failure> {
     let mut bytes = Vec::new();
     std::fs::File::open(path).map_err(cannot)?.take(cap + 1).read_to_end(&mut bytes).map_err(cannot)?;
     if bytes.len() as u64 > cap {
-        return Err(fail(ErrorCode::InvalidArgs, format!("{} is larger than the {cap} bytes of {what}", path.display())));
+        return Err(fail(
+            ErrorCode::InvalidArgs,
+            format!("{} is larger than the {cap} bytes of {what}", path.display()),
+        ));
     }
     Ok(bytes)
 }
@@ -27,8 +30,9 @@ fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, Failure> {
 /// The armored signature text of `path`, checked for its shape (not verified: who signed is the policy's call).
 fn signature_text(path: &Path) -> Result<String, Failure> {
     let bytes = read_capped(path, MAX_SIGNATURE as u64, "a signature")?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| fail(ErrorCode::InvalidArgs, format!("{} is not text: not an armored signature", path.display())))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        fail(ErrorCode::InvalidArgs, format!("{} is not text: not an armored signature", path.display()))
+    })?;
     if !text.contains("-----BEGIN SSH SIGNATURE-----") || !text.contains("-----END SSH SIGNATURE-----") {
         return Err(fail(
             ErrorCode::InvalidArgs,
@@ -49,12 +53,18 @@ pub(in crate::cli) fn push(file: &Path, target: &str, signature: Option<&Path>) 
     let signature = signature.map(signature_text).transpose()?;
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let not_component = |e: crate::error::CallError| {
-        fail(ErrorCode::InvalidArgs, format!("{}: {} (push takes a component, wasm32-wasip2)", file.display(), e.message))
+        fail(
+            ErrorCode::InvalidArgs,
+            format!("{}: {} (push takes a component, wasm32-wasip2)", file.display(), e.message),
+        )
     };
     let imports = runtime.imports(&bytes).map_err(not_component)?;
     let exports = runtime.exports(&bytes).map_err(not_component)?;
     let pushed = oci::push(&target, &bytes, &imports, &exports, signature.as_deref()).map_err(|e| {
-        fail(ErrorCode::ExecutionFailed, format!("cannot push {} to {}/{}: {e}", file.display(), target.registry, target.repository))
+        fail(
+            ErrorCode::ExecutionFailed,
+            format!("cannot push {} to {}/{}: {e}", file.display(), target.registry, target.repository),
+        )
     })?;
     eprintln!(
         "pushed {} ({} bytes{}) to {}/{}",
@@ -86,12 +96,18 @@ pub(in crate::cli) fn pull(reference: &str) -> Result<u8, Failure> {
     let Some(path) = fetched.cached else {
         return Err(fail(
             ErrorCode::ExecutionFailed,
-            format!("{r}: fetched and checked, but not stored: the cache {} is not usable (see the warning)", cache.display()),
+            format!(
+                "{r}: fetched and checked, but not stored: the cache {} is not usable (see the warning)",
+                cache.display()
+            ),
         ));
     };
     println!("path       {}", path.display());
     println!("sha256     {}", fetched.sha256);
     println!("manifest   {}", fetched.manifest_digest);
-    println!("signature  {}", if fetched.signature.is_some() { "present (dev.warden.signature.sshsig)" } else { "none" });
+    println!(
+        "signature  {}",
+        if fetched.signature.is_some() { "present (dev.warden.signature.sshsig)" } else { "none" }
+    );
     Ok(0)
 }

@@ -19,11 +19,8 @@ pub(super) fn push(opts: &Opts) -> Result<(), String> {
     if opts.all || opts.target_dir.is_some() {
         return Err(format!("plugin push: only --dir and --warden apply\n{USAGE}"));
     }
-    let wasm: PathBuf = if what.ends_with(".wasm") {
-        absolute(std::path::Path::new(what))?
-    } else {
-        Layout::new(opts)?.wasm(what)
-    };
+    let wasm: PathBuf =
+        if what.ends_with(".wasm") { absolute(std::path::Path::new(what))? } else { Layout::new(opts)?.wasm(what) };
     if !wasm.is_file() {
         return Err(format!(
             "plugin push: {} does not exist; build it first (`cargo xtask plugin build {what}`)",
@@ -42,10 +39,8 @@ pub(super) fn push(opts: &Opts) -> Result<(), String> {
     } else {
         eprintln!("no {}: pushing unsigned (sign it with ssh-keygen -Y sign -n warden-plugin)", sig.display());
     }
-    let status = cmd
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| format!("plugin push: cannot run {}: {e}", warden.display()))?;
+    let status =
+        cmd.stdin(Stdio::null()).status().map_err(|e| format!("plugin push: cannot run {}: {e}", warden.display()))?;
     if !status.success() {
         return Err(format!("plugin push: `warden plugin push` failed ({status}); its error is above"));
     }

@@ -144,9 +144,8 @@ impl Registry {
     /// The `Authorization` value that answers `challenge`: a bearer token from
     /// its realm (anonymous, or with the configured credentials), or basic.
     async fn answer(&self, challenge: &str) -> Result<String, String> {
-        let basic = credentials().map(|(u, p)| {
-            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
-        });
+        let basic = credentials()
+            .map(|(u, p)| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))));
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
             "bearer" => {}
@@ -155,14 +154,22 @@ impl Registry {
                     format!("{} asks for credentials: set {USERNAME_VAR} and {PASSWORD_VAR}", self.authority)
                 });
             }
-            _ => return Err(format!("{} answered HTTP 401 with no challenge warden knows: {challenge:?}", self.authority)),
+            _ => {
+                return Err(format!(
+                    "{} answered HTTP 401 with no challenge warden knows: {challenge:?}",
+                    self.authority
+                ));
+            }
         }
         let param = |k: &str| params.iter().find(|(n, _)| n.eq_ignore_ascii_case(k)).map(|(_, v)| v.as_str());
         let realm = param("realm").ok_or_else(|| format!("{}: a Bearer challenge without a realm", self.authority))?;
         let realm_uri = realm.parse::<Uri>().map_err(|e| format!("token realm {realm:?}: {e}"))?;
         let loopback = realm_uri.host().is_some_and(is_loopback);
         if realm_uri.scheme_str() != Some("https") && !(loopback && realm_uri.scheme_str() == Some("http")) {
-            return Err(format!("{}: refused the token realm {realm}: it must be https (or http on loopback)", self.authority));
+            return Err(format!(
+                "{}: refused the token realm {realm}: it must be https (or http on loopback)",
+                self.authority
+            ));
         }
         let mut query = Vec::new();
         for key in ["service", "scope"] {
@@ -356,6 +363,7 @@ async fn exchange_unbounded(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
 

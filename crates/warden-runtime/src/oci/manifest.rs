@@ -61,7 +61,10 @@ pub(crate) fn accept(body: &[u8]) -> Result<Accepted, String> {
         Value::Null => None,
         Value::String(s) if s.len() <= MAX_SIGNATURE => Some(s.clone()),
         Value::String(s) => {
-            return Err(format!("the {SIGNATURE_ANNOTATION} annotation has {} bytes, more than {MAX_SIGNATURE}", s.len()));
+            return Err(format!(
+                "the {SIGNATURE_ANNOTATION} annotation has {} bytes, more than {MAX_SIGNATURE}",
+                s.len()
+            ));
         }
         _ => return Err(format!("the {SIGNATURE_ANNOTATION} annotation is not a string")),
     };
@@ -106,6 +109,7 @@ pub(crate) fn manifest(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
 
@@ -141,7 +145,10 @@ mod tests {
             ("layer's mediaType", Box::new(|d| d["layers"][0]["mediaType"] = json!("application/octet-stream"))),
             ("layer's digest", Box::new(|d| d["layers"][0]["digest"] = json!("sha512:00"))),
             ("size", Box::new(|d| d["layers"][0]["size"] = json!(MAX_COMPONENT + 1))),
-            ("annotation", Box::new(|d| d["annotations"] = json!({SIGNATURE_ANNOTATION: "x".repeat(MAX_SIGNATURE + 1)}))),
+            (
+                "annotation",
+                Box::new(|d| d["annotations"] = json!({SIGNATURE_ANNOTATION: "x".repeat(MAX_SIGNATURE + 1)})),
+            ),
         ];
         for (what, change) in cases {
             let mut d = good.clone();

@@ -84,6 +84,9 @@ use crate::builtin::{
     FS as BUILTIN_FS, FS_SHA256 as BUILTIN_FS_SHA256, NET as BUILTIN_NET, NET_SHA256 as BUILTIN_NET_SHA256,
 };
 
+/// A plugin's component bytes, their sha256 and its OCI signature annotation.
+type SourceBytes = (std::borrow::Cow<'static, [u8]>, String, Option<String>);
+
 /// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
 pub struct LoadedPlugin {
     /// The policy's name for it.
@@ -460,11 +463,13 @@ impl ComponentRuntime {
 
     /// A plugin's component bytes, their sha256 and, from an OCI manifest, its
     /// signature annotation (`dev.warden.signature.sshsig`).
-    fn source_bytes(&self, spec: &PluginSpec) -> Result<(std::borrow::Cow<'static, [u8]>, String, Option<String>), CallError> {
+    fn source_bytes(&self, spec: &PluginSpec) -> Result<SourceBytes, CallError> {
         let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
         match &spec.source {
             PluginSource::Builtin(name) if name == "fs" => Ok((BUILTIN_FS.into(), BUILTIN_FS_SHA256.to_string(), None)),
-            PluginSource::Builtin(name) if name == "net" => Ok((BUILTIN_NET.into(), BUILTIN_NET_SHA256.to_string(), None)),
+            PluginSource::Builtin(name) if name == "net" => {
+                Ok((BUILTIN_NET.into(), BUILTIN_NET_SHA256.to_string(), None))
+            }
             PluginSource::Builtin(name) => Err(fail(ErrorCode::NotFound, format!("no builtin named {name}"))),
             PluginSource::File(path) => {
                 let bytes = read_component_file(path).map_err(|(code, msg)| fail(code, msg))?;
