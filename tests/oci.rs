@@ -208,3 +208,35 @@ fn pull_prefetches_and_push_carries_the_signature_annotation() {
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("ssh-keygen -Y sign"), "{}", run.all());
 }
+
+#[test]
+fn cargo_xtask_plugin_push_takes_the_signature_beside_the_file() {
+    let env = Env::new();
+    let registry = Registry::start();
+    let wasm = env.root.path().join("kit.wasm");
+    std::fs::copy(TESTKIT, &wasm).unwrap();
+    let armored = "-----BEGIN SSH SIGNATURE-----\nU1NIU0lHAAAAAQ==\n-----END SSH SIGNATURE-----\n";
+    std::fs::write(env.root.path().join("kit.wasm.sig"), armored).unwrap();
+    let target = format!("oci://{}/plugins/kit:0.1.0", registry.authority());
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--locked", "-q", "-p", "xtask", "--", "plugin", "push"])
+        .arg(&wasm)
+        .arg(&target)
+        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
+        .env("WARDEN_CACHE_DIR", "")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The same bytes and signature pushed by warden give the same manifest digest.
+    let sig = env.root.path().join("kit.wasm.sig");
+    let (source, _) = push(&env, wasm.to_str().unwrap(), &target, &["--signature", sig.to_str().unwrap()], &[]);
+    assert!(stdout.contains(&format!("source = \"{source}\"")), "{stdout}");
+    let digest = source.rsplit('@').next().unwrap();
+    let (_, body) = registry.get(&format!("/v2/plugins/kit/manifests/{digest}")).unwrap();
+    let manifest: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(manifest["annotations"]["dev.warden.signature.sshsig"], armored);
+}
