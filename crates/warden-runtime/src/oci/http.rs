@@ -393,4 +393,50 @@ mod tests {
         assert!(Registry::new("ghcr.io").base.starts_with("https://"));
         assert!(Registry::new("10.0.0.1:5000").base.starts_with("https://"));
     }
+
+    /// A one-request HTTP server on 127.0.0.1: answers `reply` and hands back the request's head.
+    fn serve_once(reply: String) -> (u16, std::thread::JoinHandle<String>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            s.write_all(reply.as_bytes()).unwrap();
+            String::from_utf8_lossy(&head).to_ascii_lowercase()
+        });
+        (port, handle)
+    }
+
+    #[test]
+    fn a_redirect_to_another_host_does_not_carry_the_credentials() {
+        let (other, other_seen) =
+            serve_once("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello".into());
+        let (port, seen) = serve_once(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://localhost:{other}/elsewhere\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ));
+        let mut registry = Registry::new(&format!("127.0.0.1:{port}"));
+        registry.auth = Some("Bearer secret-token".into());
+        let reply = super::super::block_on(registry.send(Method::GET, "/v2/x/blobs/y", &[], Bytes::new(), 100))
+            .unwrap()
+            .unwrap();
+        assert_eq!((reply.status, reply.body.as_slice()), (StatusCode::OK, b"hello".as_slice()));
+        assert!(seen.join().unwrap().contains("authorization: bearer secret-token"));
+        let there = other_seen.join().unwrap();
+        assert!(there.starts_with("get /elsewhere") && !there.contains("authorization"), "{there}");
+    }
+
+    #[test]
+    fn a_body_beyond_its_cap_is_an_error() {
+        let (port, _seen) =
+            serve_once("HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world".into());
+        let mut registry = Registry::new(&format!("127.0.0.1:{port}"));
+        let got = super::super::block_on(registry.send(Method::GET, "/v2/", &[], Bytes::new(), 5)).unwrap();
+        assert!(got.is_err_and(|e| e.contains("larger than the 5 bytes")));
+    }
 }
