@@ -62,7 +62,8 @@ fn write_policy(env: &Env, source: &str, extra: &str) {
     env.write(
         "warden.toml",
         &format!(
-            "version = 1\n[plugins.kit]\nsource = \"{source}\"\n{extra}\n[tools.echo]\nplugin = \"kit\"\ntier = \"auto\"\n"
+            "version = 1\n[plugins.kit]\nsource = \"{source}\"\n{extra}\n\
+             [tools.echo]\nplugin = \"kit\"\ntier = \"auto\"\n"
         ),
     );
 }

@@ -90,7 +90,8 @@ fn serve_tokens(listener: TcpListener, dir: std::path::PathBuf, refused: Arc<Ato
         let answer = if authorized {
             let body = serde_json::json!({"token": token(&dir, "plugins/kit")}).to_string();
             format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
                 body.len()
             )
         } else {

@@ -37,7 +37,8 @@ fn signature_text(path: &Path) -> Result<String, Failure> {
         return Err(fail(
             ErrorCode::InvalidArgs,
             format!(
-                "{} is not an armored SSH signature; make one with `ssh-keygen -Y sign -f KEY -n warden-plugin FILE.wasm`",
+                "{} is not an armored SSH signature; make one with \
+                 `ssh-keygen -Y sign -f KEY -n warden-plugin FILE.wasm`",
                 path.display()
             ),
         ));

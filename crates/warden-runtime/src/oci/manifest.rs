@@ -121,9 +121,12 @@ mod tests {
         let cfg = config(L, &["wasi:cli/environment@0.2.0".into()], &["warden:plugin/tool@0.2.0".into()]);
         assert_eq!(
             String::from_utf8(cfg).unwrap(),
-            format!(
-                r#"{{"created":"1970-01-01T00:00:00Z","architecture":"wasm","os":"wasip2","layerDigests":["{L}"],"component":{{"exports":["warden:plugin/tool@0.2.0"],"imports":["wasi:cli/environment@0.2.0"]}}}}"#
-            )
+            [
+                r#"{"created":"1970-01-01T00:00:00Z","architecture":"wasm","os":"wasip2","#,
+                &format!(r#""layerDigests":["{L}"],"#),
+                r#""component":{"exports":["warden:plugin/tool@0.2.0"],"imports":["wasi:cli/environment@0.2.0"]}}"#,
+            ]
+            .concat()
         );
         let sig = "-----BEGIN SSH SIGNATURE-----\nU1NIU0lH\n-----END SSH SIGNATURE-----\n";
         let m = manifest(C, 10, L, 20, Some(sig));

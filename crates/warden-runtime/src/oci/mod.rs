@@ -163,7 +163,8 @@ fn expect_ok(reply: &http::Reply, what: &str, r: &OciRef) -> Result<(), FetchErr
     match reply.status {
         StatusCode::OK => Ok(()),
         StatusCode::NOT_FOUND => Err(FetchError::unusable(format!(
-            "{} has no {what} (HTTP 404): check the digest, or push the plugin there (`warden plugin push`)",
+            "{} answered HTTP 404 (not found) for {what}: check the digest, or push the plugin there \
+             (`warden plugin push`)",
             r.registry
         ))),
         s => Err(FetchError::unusable(format!(
