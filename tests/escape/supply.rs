@@ -297,8 +297,8 @@ fn attempt(s: &Scene) -> Outcome {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     // Each build reports under its own build root, inside its write grant.
-    let configs = fixture(s, &dirs[0], &roots[0].join("evil/reports"), &plant_dirs, port);
-    fixture(s, &dirs[1], &roots[1].join("evil/reports"), &plant_dirs, port);
+    let configs = fixture(s, &dirs[0], &roots[0].join("targets/evil/reports"), &plant_dirs, port);
+    fixture(s, &dirs[1], &roots[1].join("targets/evil/reports"), &plant_dirs, port);
     script(&s.outside.join("supply/wrap-config.sh"), &config_marker);
     script(&s.outside.join("supply/wrap-env.sh"), &env_marker);
     for program in ["cargo", "rustc"] {
@@ -408,7 +408,7 @@ fn judge_report(s: &Scene, o: &Outcome, report: &Path, piece: &str) -> (bool, St
 /// Whether the hostile build `i` (0: build, 1: check) produced its component, so its code
 /// really ran (warden then refuses to load it: it is no warden plugin, so xtask exits 1).
 fn built(o: &Outcome, i: usize) -> bool {
-    o.roots[i].join("evil/wasm32-wasip2/release/evil.wasm").is_file()
+    o.roots[i].join("targets/evil/wasm32-wasip2/release/evil.wasm").is_file()
 }
 
 fn skipped_or(o: &Outcome) -> Option<Observed> {
@@ -421,7 +421,7 @@ fn piece(s: &Scene, piece: &str) -> Observed {
         return skip;
     }
     let build = &o.runs[0];
-    let (ok, seen) = judge_report(s, o, &o.roots[0].join("evil/reports").join(format!("{piece}.txt")), piece);
+    let (ok, seen) = judge_report(s, o, &o.roots[0].join("targets/evil/reports").join(format!("{piece}.txt")), piece);
     let built = built(o, 0);
     let why = if built {
         "built".to_string()
@@ -441,7 +441,7 @@ fn check(s: &Scene) -> Observed {
     let mut seen = vec![format!("check exit {} (built in its own root: {built})", run.code)];
     let mut ok = built && !s.leaks(&run.stdout) && !s.leaks(&run.stderr);
     for p in PIECES {
-        let (held, text) = judge_report(s, o, &o.roots[1].join("evil/reports").join(format!("{p}.txt")), p);
+        let (held, text) = judge_report(s, o, &o.roots[1].join("targets/evil/reports").join(format!("{p}.txt")), p);
         ok &= held;
         seen.push(text);
     }
@@ -456,7 +456,7 @@ fn cargo_config(s: &Scene) -> Observed {
     let build = &o.runs[0];
     let warned = o.configs.iter().all(|c| build.stderr.contains(&format!("not read: {}", c.display())));
     let marker = o.config_marker.exists();
-    let env_seen = std::fs::read_to_string(o.roots[0].join("evil/reports/build-script.txt"))
+    let env_seen = std::fs::read_to_string(o.roots[0].join("targets/evil/reports/build-script.txt"))
         .map(|t| t.contains("env config: Ok"))
         .unwrap_or(true);
     Observed::new(
@@ -474,7 +474,7 @@ fn env_wrapper(s: &Scene) -> Observed {
         return skip;
     }
     let marker = o.env_marker.exists();
-    let cfg = std::fs::read_to_string(o.roots[0].join("evil/reports/build-script.txt"))
+    let cfg = std::fs::read_to_string(o.roots[0].join("targets/evil/reports/build-script.txt"))
         .map(|t| t.contains("cfg evil: true"))
         .unwrap_or(true);
     let _ = s;

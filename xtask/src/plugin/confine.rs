@@ -276,7 +276,12 @@ struct Dirs {
 
 fn dirs(layout: &Layout, name: &str) -> Result<Dirs, String> {
     let root = &layout.target_dir;
-    let d = Dirs { cargo_home: root.join("cargo-home"), target: root.join(name), gen_dir: root.join(".warden") };
+    // Plugins get targets/NAME: no plugin name can make its target directory the shared cargo home.
+    let d = Dirs {
+        cargo_home: root.join("cargo-home"),
+        target: root.join("targets").join(name),
+        gen_dir: root.join(".warden"),
+    };
     for dir in [&d.cargo_home, &d.target, &d.gen_dir] {
         std::fs::create_dir_all(dir).map_err(|e| format!("plugin build: cannot create {}: {e}", dir.display()))?;
         let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
