@@ -236,9 +236,10 @@ fn channel() -> String {
 }
 
 /// xtask's binary: built by the test where cargo runs (as root in CI), else
-/// the one a root pass left.
+/// the one a root pass left. The target directory is the one `tests/xtask_plugin.rs`
+/// builds xtask in, so the two share one build.
 fn xtask_bin() -> Result<PathBuf, String> {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-supply");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-plugin");
     let bin = target.join("debug/xtask");
     let built = Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
