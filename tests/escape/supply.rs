@@ -394,9 +394,10 @@ fn judge_report(s: &Scene, o: &Outcome, report: &Path, piece: &str) -> (bool, St
         && (line("proxy connect").contains("403") || refused("proxy connect"))
         && o.connections == 0
         && !s.leaks(&text);
+    let writes: Vec<&str> = text.lines().filter(|l| l.starts_with("write ")).collect();
     let summary = format!(
         "{piece}: planted {planted:?}; {}; {}; {}; {}; {}; host listener saw {} connection(s)",
-        line("write"),
+        writes.join("; "),
         line("read secret"),
         line("env secret"),
         line("connect listener"),
