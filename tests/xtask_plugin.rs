@@ -166,7 +166,10 @@ fn a_new_plugin_builds_reproducibly_runs_under_its_snippet_and_is_checked() {
     let out = second_build.join().unwrap();
     assert!(out.status.success());
     let again = std::fs::read(other_dir.join("target/plugins/hello.wasm")).unwrap();
-    assert!(fresh_target.join("wasm32-wasip2/release").is_dir(), "the build did not use the fresh target directory");
+    assert!(
+        fresh_target.join("targets/hello/wasm32-wasip2/release").is_dir(),
+        "the build did not use the fresh target directory"
+    );
     if again != bytes {
         let at = bytes.iter().zip(&again).position(|(a, b)| a != b).unwrap_or(bytes.len().min(again.len()));
         panic!(

@@ -28,6 +28,7 @@ mod policy;
 mod privilege;
 mod resources;
 mod scene;
+mod supply;
 #[path = "../util/mod.rs"]
 mod util;
 
@@ -45,9 +46,9 @@ pub(crate) use scene::Scene;
 pub(crate) struct Case {
     /// A stable name: `CLASS-short.attack/RUNTIME`.
     pub id: &'static str,
-    /// filesystem, network, privilege, resources, components, policy, hostside, warden or persistence.
+    /// filesystem, network, privilege, resources, components, policy, hostside, warden, persistence or supply-chain.
     pub class: &'static str,
-    /// `process`, `component` or `policy`.
+    /// `process`, `component`, `policy` or `build` (a plugin's build under `cargo xtask plugin`).
     pub runtime: &'static str,
     /// What is tried.
     pub attempt: &'static str,
@@ -116,6 +117,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(hostside::cases());
     v.extend(itself::cases());
     v.extend(persistence::cases());
+    v.extend(supply::cases());
     v
 }
 

@@ -13,7 +13,6 @@
 //! workspace (`plugins/Cargo.toml`) and its lock file from their manifests.
 
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -21,6 +20,7 @@ use serde_json::Value;
 
 use crate::{cargo, root};
 
+mod confine;
 mod push;
 
 /// The target every plugin is built for.
@@ -28,21 +28,26 @@ const TARGET: &str = "wasm32-wasip2";
 
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask plugin new NAME [--dir DIR]
-       cargo xtask plugin build NAME...|--all [--dir DIR] [--target-dir DIR] [--warden FILE]
-       cargo xtask plugin check NAME|FILE.wasm [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin fetch NAME... [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin build NAME...|--all [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin check NAME|FILE.wasm [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin push NAME|FILE.wasm oci://HOST[:PORT]/REPO[:TAG] [--dir DIR] [--warden FILE]
 
   new     create DIR/NAME: a plugin with one example tool (greet), its own cargo workspace and lock file
-  build   build DIR/NAME reproducibly for wasm32-wasip2, write target/plugins/NAME.wasm, print its
-          sha256 (stderr) and a policy snippet (stdout)
+  fetch   download the dependencies Cargo.lock names, under warden: cargo only (no code of the plugin),
+          crates.io the only network grant, into the build root's own CARGO_HOME
+  build   fetch, then build DIR/NAME reproducibly for wasm32-wasip2 under warden (the plugin's build
+          scripts and proc macros run with its sources read-only, its own target directory the only
+          writable place, no network, no secrets); write target/plugins/NAME.wasm, print its sha256
+          (stderr) and a policy snippet (stdout). --offline skips the fetch.
   check   build (or take FILE.wasm), load it as warden does, list its tools and WASI imports; exit 1
           when describe() fails, a schema is unusable, or a tool name is invalid or repeated
   push    publish target/plugins/NAME.wasm (or FILE.wasm) to an OCI registry with FILE.wasm.sig as its
           signature when present; print the source = \"oci://…@sha256:…\" line that pins it
 
   --dir DIR         where plugins live (default: this repository's plugins/)
-  --target-dir DIR  cargo's target directory for the build (default: $CARGO_TARGET_DIR, else
-                    target/plugin-build beside target/plugins)
+  --target-dir DIR  the build root: CARGO_HOME of the fetch, one cargo target directory per plugin
+                    (default: $CARGO_TARGET_DIR, else target/plugin-build beside target/plugins)
   --warden FILE     the warden binary that inspects the plugin (default: $WARDEN_BIN, else
                     `cargo build --locked --bin warden` in this repository)";
 
@@ -63,6 +68,7 @@ struct Opts {
     target_dir: Option<PathBuf>,
     warden: Option<PathBuf>,
     all: bool,
+    offline: bool,
     help: bool,
 }
 
@@ -83,10 +89,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
     match sub {
         "new" => new(&opts),
+        "fetch" => fetch(&opts),
         "build" => build(&opts),
         "check" => check(&opts),
         "push" => push::push(&opts),
-        other => Err(format!("plugin: unknown subcommand {other:?} (new, build or check)\n{USAGE}")),
+        other => Err(format!("plugin: unknown subcommand {other:?} (new, fetch, build, check or push)\n{USAGE}")),
     }
 }
 
@@ -109,6 +116,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--target-dir" => o.target_dir = Some(value("a directory")?),
             "--warden" => o.warden = Some(value("the path of a warden binary")?),
             "--all" if inline.is_none() => o.all = true,
+            "--offline" if inline.is_none() => o.offline = true,
             "-h" | "--help" => o.help = true,
             f if f.starts_with('-') => return Err(format!("plugin: unknown option {a:?}\n{USAGE}")),
             _ => o.names.push(a.clone()),
@@ -392,11 +400,11 @@ fn build(opts: &Opts) -> Result<(), String> {
             ));
         }
     };
+    let warden = warden(opts)?;
     let mut built = Vec::new();
     for name in &names {
-        built.push((name, compile(&layout, name)?));
+        built.push((name, compile(&layout, name, &warden, opts.offline)?));
     }
-    let warden = warden(opts)?;
     let mut failed = Vec::new();
     for (name, wasm) in built {
         let doc = inspect(&warden, &wasm)?;
@@ -426,72 +434,10 @@ fn build(opts: &Opts) -> Result<(), String> {
     }
 }
 
-/// Builds plugin `name` of `layout` reproducibly and copies it to `layout.wasm(name)`.
-fn compile(layout: &Layout, name: &str) -> Result<PathBuf, String> {
-    let crate_dir = layout.dir.join(name);
-    let manifest = crate_dir.join("Cargo.toml");
-    if !manifest.is_file() {
-        return Err(layout.no_such_plugin(name));
-    }
-    let sysroot = ensure_target(&crate_dir)?;
-    std::fs::create_dir_all(&layout.target_dir)
-        .map_err(|e| format!("plugin build: cannot create {}: {e}", layout.target_dir.display()))?;
-    let target_dir = canonical(&layout.target_dir);
-
-    // Every machine-specific path the output could embed (panic locations, file!()), mapped to a
-    // fixed one. rustc applies the last matching mapping, so the most specific come last.
-    let mut remaps: Vec<(PathBuf, &str)> =
-        vec![(layout.dir.clone(), "/warden/plugins"), (target_dir.clone(), "/warden/target")];
-    if let Some(home) = cargo_home() {
-        remaps.push((canonical(&home), "/cargo"));
-        remaps.push((home, "/cargo"));
-    }
-    if let Some(sysroot) = sysroot {
-        remaps.push((sysroot, "/rustc/sysroot"));
-    }
-    remaps.sort_by_key(|(from, _)| from.as_os_str().len());
-    remaps.dedup_by(|a, b| a.0 == b.0);
-    let flags: Vec<String> =
-        remaps.iter().map(|(from, to)| format!("--remap-path-prefix={}={to}", from.display())).collect();
-
-    eprintln!("building plugin {name} ({}) for {TARGET}", crate_dir.display());
-    let mut cmd = cargo();
-    cmd.args(["build", "--release", "--locked", "--target", TARGET, "--message-format=json-render-diagnostics"])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target_dir)
-        // Runs in the plugin's directory, so rustup picks its rust-toolchain.toml.
-        .current_dir(&crate_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    scrub_env(&mut cmd);
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
-    let out = cmd.output().map_err(|e| format!("plugin build: cannot run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "plugin build: building {name} failed (cargo's errors are above). If cargo says the lock file needs \
-             to be updated, you changed a dependency: run `cargo update --manifest-path {}` and build again",
-            manifest.display()
-        ));
-    }
-    let manifest = canonical(&manifest);
-    let artifact = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact")
-        .filter(|m| m["manifest_path"].as_str().is_some_and(|p| canonical(Path::new(p)) == manifest))
-        .filter(|m| m["target"]["crate_types"].as_array().is_some_and(|t| t.iter().any(|t| t == "cdylib")))
-        .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
-        .filter_map(|f| f.as_str().map(PathBuf::from))
-        .find(|f| f.extension().is_some_and(|e| e == "wasm"));
-    let Some(artifact) = artifact else {
-        return Err(format!(
-            "plugin build: cargo built {name} but produced no .wasm: is its [lib] crate-type [\"cdylib\"] in {}?",
-            manifest.display()
-        ));
-    };
+/// Builds plugin `name` of `layout` inside warden's walls (see [`confine`]) and
+/// copies the component to `layout.wasm(name)`.
+fn compile(layout: &Layout, name: &str, warden: &Path, offline: bool) -> Result<PathBuf, String> {
+    let artifact = confine::run(layout, name, warden, offline, false)?;
     let dest = layout.wasm(name);
     std::fs::create_dir_all(&layout.out_dir)
         .map_err(|e| format!("plugin build: cannot create {}: {e}", layout.out_dir.display()))?;
@@ -500,67 +446,6 @@ fn compile(layout: &Layout, name: &str) -> Result<PathBuf, String> {
         .and_then(|_| std::fs::rename(&partial, &dest))
         .map_err(|e| format!("plugin build: cannot copy {} to {}: {e}", artifact.display(), dest.display()))?;
     Ok(dest)
-}
-
-/// Removes what the environment could add to a build: flags, wrappers,
-/// profile and target overrides, incremental compilation.
-fn scrub_env(cmd: &mut Command) {
-    const EXACT: &[&str] = &[
-        "RUSTFLAGS",
-        "RUSTDOCFLAGS",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_INCREMENTAL",
-        "CARGO_PRIMARY_PACKAGE",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_ENCODED_RUSTDOCFLAGS",
-    ];
-    const PREFIXES: &[&str] = &["CARGO_PROFILE_", "CARGO_BUILD_", "CARGO_TARGET_"];
-    for (key, _) in std::env::vars_os() {
-        let Some(k) = key.to_str() else { continue };
-        if EXACT.contains(&k) || PREFIXES.iter().any(|p| k.starts_with(p)) {
-            cmd.env_remove(&key);
-        }
-    }
-}
-
-/// cargo's home directory: `$CARGO_HOME`, else `~/.cargo`.
-fn cargo_home() -> Option<PathBuf> {
-    match std::env::var_os("CARGO_HOME") {
-        Some(h) if !h.is_empty() => Some(PathBuf::from(h)),
-        _ => std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cargo")),
-    }
-}
-
-/// Adds the wasm32-wasip2 target with rustup when the toolchain that builds in
-/// `dir` lacks it; returns that toolchain's sysroot.
-fn ensure_target(dir: &Path) -> Result<Option<PathBuf>, String> {
-    let rustc = std::env::var_os("RUSTC").filter(|r| !r.is_empty()).unwrap_or_else(|| OsString::from("rustc"));
-    let sysroot = || {
-        Command::new(&rustc)
-            .args(["--print", "sysroot"])
-            .current_dir(dir)
-            .stderr(Stdio::inherit())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-    };
-    let has_target =
-        |s: &Option<PathBuf>| s.as_ref().is_some_and(|s| s.join("lib/rustlib").join(TARGET).join("lib").is_dir());
-    let found = sysroot();
-    if has_target(&found) {
-        return Ok(found);
-    }
-    eprintln!("the {TARGET} target is missing: running `rustup target add {TARGET}`");
-    match Command::new("rustup").args(["target", "add", TARGET]).current_dir(dir).status() {
-        Ok(s) if s.success() => Ok(sysroot()),
-        Ok(s) => Err(format!("`rustup target add {TARGET}` failed ({s}); run it yourself, then build again")),
-        Err(e) => Err(format!(
-            "the {TARGET} target is missing and rustup cannot be run ({e}); install the target for this toolchain \
-             (your distribution's rust-std package for {TARGET}), then build again"
-        )),
-    }
 }
 
 /// The policy entries for plugin `name`: the pinned file and one `[tools.X]` per tool, granting nothing.
@@ -600,6 +485,22 @@ fn toml_string(s: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------
+// fetch
+
+fn fetch(opts: &Opts) -> Result<(), String> {
+    if opts.names.is_empty() || opts.all || opts.offline {
+        return Err(format!("plugin fetch: name the plugin(s) whose dependencies to fetch\n{USAGE}"));
+    }
+    let layout = Layout::new(opts)?;
+    let warden = warden(opts)?;
+    for name in &opts.names {
+        let home = confine::run(&layout, name, &warden, false, true)?;
+        eprintln!("fetched the dependencies of {name} into {}", home.display());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
 // check
 
 fn check(opts: &Opts) -> Result<(), String> {
@@ -610,6 +511,7 @@ fn check(opts: &Opts) -> Result<(), String> {
         return Err(format!("plugin check: --all does not apply; check one plugin at a time\n{USAGE}"));
     }
     let given = Path::new(arg);
+    let warden = warden(opts)?;
     let (name, wasm) = if arg.ends_with(".wasm") || arg.contains('/') {
         if !given.is_file() {
             return Err(format!("plugin check: {arg}: no such file"));
@@ -618,9 +520,8 @@ fn check(opts: &Opts) -> Result<(), String> {
         (stem, given.to_path_buf())
     } else {
         let layout = Layout::new(opts)?;
-        (arg.clone(), compile(&layout, arg)?)
+        (arg.clone(), compile(&layout, arg, &warden, opts.offline)?)
     };
-    let warden = warden(opts)?;
     let doc = inspect(&warden, &wasm)?;
     print!("{}", report(&name, &doc));
     let (problems, warnings) = findings(&doc);

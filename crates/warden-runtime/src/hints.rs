@@ -120,6 +120,12 @@ pub fn from_network(tool: &str, journal: &Value) -> Vec<String> {
             continue;
         }
         let port = a["port"].as_u64().unwrap_or(443);
+        // A granted name that resolved to a private address: the grant is there, the address is not.
+        let reason = a["reason"].as_str().unwrap_or_default();
+        if reason.contains("net.allow_private") && reason.len() <= 2 * MAX_WORD {
+            out.push(format!("{tool} was refused {host}:{port}: {reason}"));
+            continue;
+        }
         out.push(format!("{tool} was refused {host}:{port}: add \"{host}:{port}\" to its net.connect if it needs it"));
     }
     out.0
@@ -249,6 +255,18 @@ mod tests {
         assert!(h[4].contains("add \"registry.npmjs.org:443\" to its net.connect"), "{h:#?}");
         // A path inside a grant that is missing is the program's business.
         assert!(!h.iter().any(|x| x.contains("/ws/missing")), "{h:#?}");
+    }
+
+    #[test]
+    fn a_granted_name_on_a_private_address_is_hinted_with_allow_private() {
+        let reason = "index.crates.io resolves to 203.0.113.80, a reserved address; name the address in net.connect \
+                      (\"203.0.113.80:443\") or set net.allow_private = true for fetch";
+        let journal = serde_json::json!({"attempts": [
+            {"host": "index.crates.io", "port": 443, "allowed": false, "reason": reason},
+        ]});
+        let h = from_network("fetch", &journal);
+        assert_eq!(h.len(), 1, "{h:#?}");
+        assert!(h[0].contains("net.allow_private = true") && !h[0].contains("to its net.connect if"), "{h:#?}");
     }
 
     #[test]

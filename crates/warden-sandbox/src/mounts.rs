@@ -339,7 +339,8 @@ pub fn grant_view(grants: &[PathBuf], sockets: &[PathBuf], spelled: &[PathBuf], 
         }
     }
     let covered = |p: &Path| kept.iter().any(|k| p.starts_with(k));
-    if !covered(cwd) {
+    // A working directory spelled through a link counts where it leads (the link is recreated on the way).
+    if !covered(cwd) && !std::fs::canonicalize(cwd).is_ok_and(|c| covered(&c)) {
         return Err(NotBuilt(format!("the working directory {} lies outside every grant", cwd.display())));
     }
     let at = STAGING

@@ -16,7 +16,7 @@ pub(super) fn push(opts: &Opts) -> Result<(), String> {
     if !target.starts_with("oci://") {
         return Err(format!("plugin push: {target:?} is not an oci://HOST/REPO[:TAG] reference\n{USAGE}"));
     }
-    if opts.all || opts.target_dir.is_some() {
+    if opts.all || opts.offline || opts.target_dir.is_some() {
         return Err(format!("plugin push: only --dir and --warden apply\n{USAGE}"));
     }
     let wasm: PathBuf =
