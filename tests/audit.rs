@@ -97,7 +97,7 @@ tools = ["read_file", "git_*"]   # WL118
 
 /// A plugin file without sha256: the loader refuses it (WL000) and the lint names why (WL106).
 const UNPINNED: &str =
-    "version = 1\n\n[plugins.other]   # WL000 WL106\nsource = \"other.wasm\"\n\n[tools.x]\nplugin = \"other\"\n";
+    "version = 1\n\n[plugins.other]   # WL000 WL106 WL121\nsource = \"other.wasm\"\n\n[tools.x]\nplugin = \"other\"\n";
 
 /// `(rule, line)` for every marker in `text`, sorted.
 fn planted(text: &str) -> Vec<(String, usize)> {

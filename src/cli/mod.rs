@@ -82,7 +82,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Serve { http, approval_timeout, allow_origin } => {
             serve::serve(&s, *http, *approval_timeout, allow_origin)
         }
-        Command::Plugin(PluginCommand::Inspect { file, json }) => plugin::plugin_inspect(file, *json),
+        Command::Plugin(PluginCommand::Inspect { file, signature, json }) => {
+            plugin::plugin_inspect(file, signature.as_deref(), *json)
+        }
         Command::Lock { check, show } => lock::lock(&s, *check, show.as_deref()),
         Command::Audit { format, fail_on, no_self_test } => audit::audit(&s, *format, *fail_on, !*no_self_test),
         Command::List { json } => list::command(&s, *json),

@@ -21,6 +21,8 @@ use serde_json::Value;
 
 use crate::{cargo, root};
 
+mod sign;
+
 /// The target every plugin is built for.
 const TARGET: &str = "wasm32-wasip2";
 
@@ -28,18 +30,22 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask plugin new NAME [--dir DIR]
        cargo xtask plugin build NAME...|--all [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin check NAME|FILE.wasm [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin sign NAME|FILE.wasm --key KEY [--dir DIR] [--warden FILE]
 
   new     create DIR/NAME: a plugin with one example tool (greet), its own cargo workspace and lock file
   build   build DIR/NAME reproducibly for wasm32-wasip2, write target/plugins/NAME.wasm, print its
           sha256 (stderr) and a policy snippet (stdout)
   check   build (or take FILE.wasm), load it as warden does, list its tools and WASI imports; exit 1
           when describe() fails, a schema is unusable, or a tool name is invalid or repeated
+  sign    sign target/plugins/NAME.wasm (or FILE.wasm) with `ssh-keygen -Y sign -n warden-plugin`,
+          check it with warden, write FILE.wasm.sig and print the policy's `signers = [...]` line
 
   --dir DIR         where plugins live (default: this repository's plugins/)
   --target-dir DIR  cargo's target directory for the build (default: $CARGO_TARGET_DIR, else
                     target/plugin-build beside target/plugins)
   --warden FILE     the warden binary that inspects the plugin (default: $WARDEN_BIN, else
-                    `cargo build --locked --bin warden` in this repository)";
+                    `cargo build --locked --bin warden` in this repository)
+  --key KEY         (sign) the ed25519 private key, or its .pub with the key in ssh-agent";
 
 /// Directory names under a plugins directory that are not plugins.
 const NOT_PLUGINS: &[&str] = &["wit", "wit-0.2.0", "target"];
@@ -71,6 +77,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         println!("{USAGE}");
         return Ok(());
     }
+    if sub == "sign" {
+        return sign::sign(rest);
+    }
     let opts = parse(rest)?;
     if opts.help {
         println!("{USAGE}");
@@ -80,7 +89,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "new" => new(&opts),
         "build" => build(&opts),
         "check" => check(&opts),
-        other => Err(format!("plugin: unknown subcommand {other:?} (new, build or check)\n{USAGE}")),
+        other => Err(format!("plugin: unknown subcommand {other:?} (new, build, check or sign)\n{USAGE}")),
     }
 }
 
