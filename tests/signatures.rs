@@ -231,7 +231,11 @@ fn inspect_shows_each_signature_and_whether_it_holds() {
     let wasm = s.wasm.to_str().unwrap();
     let text = s.warden(&["plugin", "inspect", wasm]);
     assert_eq!(text.code, 0, "{}", text.brief());
-    assert!(text.stdout.contains(&s.alice.fingerprint) && text.stdout.contains("valid for these bytes"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains(&s.alice.fingerprint) && text.stdout.contains("valid for these bytes"),
+        "{}",
+        text.stdout
+    );
     let json = s.warden(&["plugin", "inspect", "--json", wasm]).json();
     let first = &json["signatures"]["signatures"][0];
     assert_eq!(first["fingerprint"], s.alice.fingerprint.as_str(), "{json}");
@@ -273,7 +277,10 @@ fn audit_lists_provenance_and_flags_an_unsigned_third_party_plugin() {
     let run = s.warden(&["audit", "--no-self-test", "--format", "json", "--fail-on", "never"]);
     let doc = run.json();
     let findings = doc["findings"].as_array().unwrap();
-    assert!(findings.iter().any(|f| f["rule"] == "WL121" && f["message"].as_str().unwrap().contains("plugin kit")), "{doc}");
+    assert!(
+        findings.iter().any(|f| f["rule"] == "WL121" && f["message"].as_str().unwrap().contains("plugin kit")),
+        "{doc}"
+    );
     let provenance = doc["provenance"].as_array().unwrap();
     let kit = provenance.iter().find(|p| p["plugin"] == "kit").unwrap();
     assert_eq!(kit["sha256"], s.sha256().as_str());
@@ -287,4 +294,73 @@ fn audit_lists_provenance_and_flags_an_unsigned_third_party_plugin() {
     assert_eq!(kit["signer"], s.alice.fingerprint.as_str(), "{kit}");
     let text = s.warden(&["audit", "--no-self-test", "--fail-on", "never"]).stdout;
     assert!(text.contains("PROVENANCE") && text.contains(&s.alice.fingerprint), "{text}");
+}
+
+#[test]
+fn audit_flags_network_imports_no_tool_of_the_plugin_is_granted() {
+    // The testkit imports wasi:sockets (its tools probe the network).
+    let s = Scene::new();
+    let wl122 = |doc: &Value| {
+        doc["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "WL122").map(|f| f["message"].to_string())
+    };
+    s.write_policy("");
+    let doc = s.warden(&["audit", "--no-self-test", "--format", "json", "--fail-on", "never"]).json();
+    let message = wl122(&doc).unwrap_or_else(|| panic!("no WL122: {doc}"));
+    assert!(message.contains("plugin kit") && message.contains("wasi:sockets/"), "{message}");
+    std::fs::write(
+        &s.policy,
+        format!("{}net.connect = [\"example.com:443\"]\n", std::fs::read_to_string(&s.policy).unwrap()),
+    )
+    .unwrap();
+    let doc = s.warden(&["audit", "--no-self-test", "--format", "json", "--fail-on", "never"]).json();
+    assert_eq!(wl122(&doc), None, "{doc}");
+}
+
+/// `cargo xtask plugin ARGS` from the repository, as an author runs it; the
+/// warden this test was built with checks the signature.
+fn xtask(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--locked", "-q", "-p", "xtask", "--", "plugin"])
+        .args(args)
+        .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-plugin"))
+        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    eprintln!(
+        "$ cargo xtask plugin {}\n[exit {:?}]\n[stdout]\n{}\n[stderr]\n{}",
+        args.join(" "),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn xtask_plugin_sign_writes_a_signature_warden_accepts_and_prints_the_signers_line() {
+    let s = Scene::new();
+    let (wasm, key) = (s.wasm.to_str().unwrap(), s.alice.private.to_str().unwrap());
+    let out = xtask(&["sign", wasm, "--key", key]);
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(printed, format!("signers = [{}]", Value::from(s.alice.line.as_str())));
+    // The printed line, pasted into the policy, loads the plugin.
+    s.write_policy(&printed);
+    let run = s.call();
+    assert!(run.success(), "{}", run.brief());
+    // An RSA key is refused with what to do; no signature file is left behind by a failed run.
+    let rsa = s.dir.join("rsa");
+    let made = ssh_keygen(&["-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", rsa.to_str().unwrap()], None);
+    assert!(made.status.success());
+    let other = s.dir.join("other.wasm");
+    std::fs::copy(&s.wasm, &other).unwrap();
+    let out = xtask(&["sign", other.to_str().unwrap(), "--key", rsa.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ssh-keygen -t ed25519"));
+    assert!(!s.dir.join("other.wasm.sig").exists() && !s.dir.join("other.wasm.sig.new").exists());
+    // Without --key: usage.
+    assert!(!xtask(&["sign", wasm]).status.success());
 }

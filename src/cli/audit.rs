@@ -138,12 +138,11 @@ fn plugin_provenance(
                 let limit = crate::runtime::wasm::MAX_COMPONENT_FILE;
                 let mut bytes = Vec::new();
                 // Opened non-blocking and read only if regular: a FIFO in its place must not hang the audit.
-                let read = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(path)
-                    .and_then(|f| if f.metadata()?.is_file() { f.take(limit).read_to_end(&mut bytes) } else { Ok(0) });
-                if let Ok(found) = read.ok().map(|_| runtime.imports(&bytes)).transpose().ok().flatten() {
+                let read =
+                    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).and_then(|f| {
+                        if f.metadata()?.is_file() { f.take(limit).read_to_end(&mut bytes) } else { Ok(0) }
+                    });
+                if let Ok(found) = read.map_err(|_| ()).and_then(|_| runtime.imports(&bytes).map_err(|_| ())) {
                     imports.insert(p.name.clone(), found);
                 }
             }

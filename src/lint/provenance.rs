@@ -32,10 +32,9 @@ pub(super) fn lint_plugins(l: &mut Linter<'_>, raw: &RawPolicy, around: &Surroun
         if net.is_empty() {
             continue;
         }
-        let granted = raw
-            .tools
-            .values()
-            .any(|t| t.get_ref().plugin.as_ref().is_some_and(|p| p.get_ref() == name) && !t.get_ref().net.connect.is_empty());
+        let granted = raw.tools.values().any(|t| {
+            t.get_ref().plugin.as_ref().is_some_and(|p| p.get_ref() == name) && !t.get_ref().net.connect.is_empty()
+        });
         if !granted {
             l.add(
                 "WL122",

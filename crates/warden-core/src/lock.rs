@@ -226,8 +226,11 @@ impl Lock {
         let (empty, plugins) = (BTreeMap::new(), "plugins".to_string());
         let old_p = self.provenance.get(&plugins).unwrap_or(&empty);
         for (name, p) in new.provenance.get(&plugins).unwrap_or(&empty) {
-            if old_p.get(name).is_some_and(|o| (&o.sha256, &o.signer) != (&p.sha256, &p.signer)) {
-                changed.push(format!("plugin {name}: its component (sha256 or signer)"));
+            let what = format!("plugin {name}: its component (sha256 or signer)");
+            match old_p.get(name) {
+                None => added.push(what),
+                Some(o) if (&o.sha256, &o.signer) != (&p.sha256, &p.signer) => changed.push(what),
+                Some(_) => {}
             }
         }
         (added, changed, removed)

@@ -153,6 +153,15 @@ mod tests {
         }
         assert!(ed25519_key(&blob).is_err_and(|e| e.contains("ssh-rsa")));
         assert!(parse_entry(&format!("ssh-ed25519 {}", STANDARD.encode(&blob))).is_err());
-        assert!(ed25519_key(&blob[..20]).is_err_and(|e| e.contains("truncated")));
+        let mut ed = Vec::new();
+        for part in [ED25519.as_bytes(), &[7u8; 32]] {
+            ed.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            ed.extend_from_slice(part);
+        }
+        assert!(ed25519_key(&ed).is_ok());
+        assert!(ed25519_key(&ed[..20]).is_err_and(|e| e.contains("truncated")));
+        let mut long = ed.clone();
+        long.push(0);
+        assert!(ed25519_key(&long).is_err_and(|e| e.contains("trailing")));
     }
 }

@@ -79,7 +79,9 @@ fn key_arg(args: &[String]) -> Result<(PathBuf, Vec<String>), String> {
         if a == "--key" {
             key = it.next().filter(|k| !k.is_empty()).map(PathBuf::from);
             if key.is_none() {
-                return Err(format!("plugin sign: --key needs a private key file (or its .pub with an agent)\n{USAGE}"));
+                return Err(format!(
+                    "plugin sign: --key needs a private key file (or its .pub with an agent)\n{USAGE}"
+                ));
             }
         } else if let Some(k) = a.strip_prefix("--key=") {
             key = Some(PathBuf::from(k));

@@ -17,11 +17,7 @@ use crate::policy::{PluginSource, PluginSpec};
 /// write: a FIFO must not hang warden); `None` when it does not exist.
 pub fn read_signature_file(path: &Path) -> Result<Option<String>, (ErrorCode, String)> {
     let cannot = |e: std::io::Error| (REFUSED, format!("cannot read the signature {}: {e}", path.display()));
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-    {
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(cannot(e)),

@@ -423,7 +423,8 @@ impl ComponentRuntime {
                 )
             })?;
             let pre = Pre::Command(pre);
-            let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, source, signer, tools: Vec::new(), pre });
+            let loaded =
+                Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, source, signer, tools: Vec::new(), pre });
             self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
             return Ok(loaded);
         }
