@@ -30,8 +30,7 @@ fn ssh_keygen(args: &[&str], stdin: Option<&Path>) -> Output {
         Some(p) => Stdio::from(std::fs::File::open(p).unwrap()),
         None => Stdio::null(),
     });
-    let out = c.output().unwrap_or_else(|e| panic!("ssh-keygen cannot run ({e}): apt-get install openssh-client"));
-    out
+    c.output().unwrap_or_else(|e| panic!("ssh-keygen cannot run ({e}): apt-get install openssh-client"))
 }
 
 fn key(dir: &Path, name: &str) -> Key {
