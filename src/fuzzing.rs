@@ -91,3 +91,22 @@ pub fn mcp_frame(data: &[u8]) {
         assert!(serde_json::to_string(&answer).is_ok());
     }
 }
+
+/// The plugin signature parser (sshsig, armored or raw): any input gives
+/// signatures or a refusal, never a panic, and nothing is accepted without a
+/// listed signer.
+pub fn sshsig(data: &[u8]) {
+    use crate::runtime::signature::{Sshsig, describe, parse_armored, verify};
+    let _ = Sshsig::parse(data);
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let described = describe(b"component", text);
+    assert!(!described.is_empty(), "a text described as no signature at all");
+    assert!(verify(b"component", text, &[]).is_err(), "a signature was accepted with no signers");
+    if let Ok(blobs) = parse_armored(text) {
+        assert!(blobs.len() <= crate::runtime::signature::MAX_BLOCKS, "more blocks than the bound");
+        for b in blobs {
+            assert!(b.len() <= crate::runtime::signature::MAX_SIGNATURE_BLOB + 3, "a block larger than the bound");
+            let _ = Sshsig::parse(&b);
+        }
+    }
+}

@@ -18,6 +18,7 @@ use crate::policy::compile::{expand_text, line_column};
 use crate::policy::schema::{RawPolicy, RawTool};
 use crate::policy::{Context, PolicyError, SandboxMode, Tier};
 
+mod provenance;
 mod rules;
 pub use self::rules::{LintRule, RULES, Severity, rule};
 
@@ -106,6 +107,9 @@ pub struct Surroundings {
     /// the caller (`warden audit`: [`warden_sandbox::namespaces::NsSupport::probe`]);
     /// `None` when it can or nobody asked. The lint itself touches no host.
     pub no_net_namespace: Option<String>,
+    /// The interfaces each third-party plugin's component imports, by plugin
+    /// name, as `warden audit` read them (absent: not known).
+    pub plugin_imports: BTreeMap<String, Vec<String>>,
 }
 
 /// Files under a directory with a hard link outside it.
@@ -155,6 +159,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
             l.add("WL106", plugin.span(), format!("plugin {name}: source {:?} has no sha256", p.source.get_ref()));
         }
     }
+    provenance::lint_plugins(&mut l, &raw, around);
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
     for (name, tool) in &raw.tools {
         lint_tool(&mut l, name, tool, default_tier, ctx, around);

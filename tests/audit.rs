@@ -97,7 +97,19 @@ tools = ["read_file", "git_*"]   # WL118
 
 /// A plugin file without sha256: the loader refuses it (WL000) and the lint names why (WL106).
 const UNPINNED: &str =
-    "version = 1\n\n[plugins.other]   # WL000 WL106\nsource = \"other.wasm\"\n\n[tools.x]\nplugin = \"other\"\n";
+    "version = 1\n\n[plugins.other]   # WL000 WL106 WL121\nsource = \"other.wasm\"\n\n[tools.x]\nplugin = \"other\"\n";
+
+/// A third-party component without `signers` (WL121) that imports wasi:sockets
+/// while its tool has no net.connect (WL122): the testkit.
+fn unsigned_kit() -> String {
+    use sha2::Digest;
+    let kit = warden::runtime::builtin::TESTKIT_WASM;
+    let sha = hex::encode(sha2::Sha256::digest(std::fs::read(kit).unwrap()));
+    format!(
+        "version = 1\n\n[plugins.kit]   # WL121 WL122\nsource = \"{kit}\"\nsha256 = \"{sha}\"\n\n\
+         [tools.echo]\nplugin = \"kit\"\n"
+    )
+}
 
 /// `(rule, line)` for every marker in `text`, sorted.
 fn planted(text: &str) -> Vec<(String, usize)> {
@@ -256,8 +268,12 @@ fn each_planted_rule_is_found_once_at_its_line() {
     assert_eq!(found(&r), planted(PLANTED), "{}", r.stdout);
     let r = audit(&env, UNPINNED, &["--format", "json", "--fail-on", "never"]);
     assert_eq!(found(&r), planted(UNPINNED), "{}", r.stdout);
-    // Every rule of the lint is exercised by the two files.
-    let mut ids: Vec<String> = planted(PLANTED).into_iter().chain(planted(UNPINNED)).map(|(id, _)| id).collect();
+    let kit = unsigned_kit();
+    let r = audit(&env, &kit, &["--format", "json", "--fail-on", "never"]);
+    assert_eq!(found(&r), planted(&kit), "{}", r.stdout);
+    // Every rule of the lint is exercised by the three files.
+    let mut ids: Vec<String> =
+        planted(PLANTED).into_iter().chain(planted(UNPINNED)).chain(planted(&kit)).map(|(id, _)| id).collect();
     ids.sort();
     ids.dedup();
     // WL200 is the self-test's (an escape), exercised below.

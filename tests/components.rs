@@ -299,6 +299,8 @@ mod protected_paths {
             source: PluginSource::Builtin("fs".into()),
             kind: PluginKind::Tool,
             sha256: None,
+            signers: Vec::new(),
+            signature: None,
             location: "test".into(),
         };
         let fs = rt.load(&spec).unwrap();

@@ -41,6 +41,21 @@ pub struct ToolLayers {
     pub verdict: &'static str,
 }
 
+/// Where one plugin's component comes from, as it loads on this host.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginProvenance {
+    /// The plugin's policy name.
+    pub plugin: String,
+    /// `builtin:NAME` or `file:/abs/path`.
+    pub source: String,
+    /// sha256 of the component (absent when it did not load).
+    pub sha256: Option<String>,
+    /// The signer `signers` accepted (`SHA256:…`), if the policy asks for one.
+    pub signer: Option<String>,
+    /// `loaded`, or why it does not load (a refused signature, a changed pin).
+    pub status: String,
+}
+
 /// Everything `warden audit` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -50,6 +65,8 @@ pub struct Report {
     pub host: HostReport,
     /// The tools' layers (empty when the policy does not load).
     pub tools: Vec<ToolLayers>,
+    /// Where each plugin's component comes from, and who signed it.
+    pub provenance: Vec<PluginProvenance>,
     /// The self-test, when it ran.
     pub self_test: Option<Vec<selftest::Case>>,
     /// Lint findings in file order, then one per escaped self-test case.
@@ -332,6 +349,17 @@ impl Report {
             out.push_str(&format!("  {:<18} {:<9} {:<11} {}\n", t.tool, t.runtime, t.verdict, t.layers.join(", ")));
             if !t.missing.is_empty() {
                 out.push_str(&format!("  {:<18} missing: {}\n", "", t.missing.join(", ")));
+            }
+        }
+        if !self.provenance.is_empty() {
+            out.push_str("\nPROVENANCE\n");
+        }
+        for p in &self.provenance {
+            let sha = p.sha256.as_deref().map_or("-", |h| &h[..h.len().min(16)]);
+            let signer = p.signer.as_deref().unwrap_or("unsigned");
+            out.push_str(&format!("  {:<18} {:<16} {:<50} {}\n", p.plugin, sha, signer, p.source));
+            if p.status != "loaded" {
+                out.push_str(&format!("  {:<18} not loaded: {}\n", "", p.status));
             }
         }
         if let Some(cases) = &self.self_test {

@@ -233,6 +233,8 @@ fn component_cases(scene: &Scene, cache_dir: Option<PathBuf>, target: &str) -> R
         source: PluginSource::File(file),
         kind: crate::policy::PluginKind::Tool,
         sha256: Some(hex::encode(Sha256::digest(HOSTILE))),
+        signers: Vec::new(),
+        signature: None,
         location: "self-test".into(),
     };
     let plugin: Arc<LoadedPlugin> = runtime.load(&spec).map_err(|e| e.message)?;

@@ -162,6 +162,9 @@ pub enum PluginCommand {
     Inspect {
         /// The component (.wasm).
         file: PathBuf,
+        /// Its SSH signature file (`ssh-keygen -Y sign -n warden-plugin`) [default: FILE.sig when present].
+        #[arg(long, value_name = "SIG")]
+        signature: Option<PathBuf>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -22,6 +22,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
         s.with_profile(policy)?;
     }
     let mut tool_names = None;
+    let (mut provenance, mut plugin_imports) = (Vec::new(), Default::default());
     let (tools, descriptions, poisoned) = match &loaded {
         Ok(policy) => {
             let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
@@ -32,6 +33,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
                 .filter_map(|e| e.state.as_ref().ok().map(|r| (e.spec.name.clone(), r.description.clone())))
                 .collect();
             let poisoned = poisoned_definitions(policy, &runtime, &servers);
+            (provenance, plugin_imports) = plugin_provenance(policy, &runtime);
             // Under a profile, servers it cannot use were not started: their names are unknown.
             if policy.profile.is_none() {
                 tool_names = Some(catalog.entries().map(|e| e.spec.name.clone()).collect());
@@ -53,6 +55,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
         hard_links: Some(crate::checkup::links::hard_links),
         tool_names,
         no_net_namespace: warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason,
+        plugin_imports,
     };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();
@@ -67,7 +70,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
     if let Some(c) = &cases {
         findings.extend(escapes(c, &origin));
     }
-    let report = Report { policy: origin, host, tools, self_test: cases, findings };
+    let report = Report { policy: origin, host, tools, provenance, self_test: cases, findings };
     match format {
         AuditFormat::Text => print!("{}", report.to_text()),
         AuditFormat::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
@@ -115,4 +118,35 @@ pub(super) fn poisoned_definitions(
         }
     }
     out
+}
+
+/// Each plugin's provenance as it loads here, and the imports of each
+/// third-party component (for WL122), by plugin name.
+fn plugin_provenance(
+    policy: &Policy,
+    runtime: &ComponentRuntime,
+) -> (Vec<crate::checkup::PluginProvenance>, std::collections::BTreeMap<String, Vec<String>>) {
+    let mut imports = std::collections::BTreeMap::new();
+    let rows = policy
+        .plugins
+        .values()
+        .map(|p| {
+            // A file or a registry's component, read with load's own checks (a FIFO in a file's place
+            // does not hang the audit; a registry's bytes must match their digest).
+            if p.source.is_third_party()
+                && let Ok(found) = runtime.plugin_imports(p)
+            {
+                imports.insert(p.name.clone(), found);
+            }
+            let loaded = runtime.load(p);
+            crate::checkup::PluginProvenance {
+                plugin: p.name.clone(),
+                source: crate::runtime::signature::source_label(&p.source),
+                sha256: loaded.as_ref().ok().map(|l| l.sha256.clone()),
+                signer: loaded.as_ref().ok().and_then(|l| l.signer.as_ref().map(|s| s.fingerprint.clone())),
+                status: loaded.map_or_else(|e| e.message, |_| "loaded".into()),
+            }
+        })
+        .collect();
+    (rows, imports)
 }

@@ -64,6 +64,10 @@ fn pin_plugins<'a>(
         let loaded =
             runtime.load(p).map_err(|e| fail(ErrorCode::ExecutionFailed, format!("cannot lock: {}", e.message)))?;
         new.insert(Owner::Plugin(&p.name), &loaded.tools);
+        let (signer, key) = loaded.signer.as_ref().map(|s| (s.fingerprint.clone(), s.key.clone())).unzip();
+        let provenance =
+            crate::lock::Provenance { source: loaded.source.clone(), sha256: loaded.sha256.clone(), signer, key };
+        new.insert_provenance(&p.name, provenance);
         for t in &loaded.tools {
             found.insert(format!("plugin {}: {}", p.name, t.name), (Owner::Plugin(&p.name), t.name.clone(), t.clone()));
         }

@@ -82,7 +82,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Serve { http, approval_timeout, allow_origin } => {
             serve::serve(&s, *http, *approval_timeout, allow_origin)
         }
-        Command::Plugin(PluginCommand::Inspect { file, json }) => plugin::plugin_inspect(file, *json),
+        Command::Plugin(PluginCommand::Inspect { file, signature, json }) => {
+            plugin::plugin_inspect(file, signature.as_deref(), *json)
+        }
         Command::Plugin(PluginCommand::Push { file, target, signature }) => {
             plugin::push(file, target, signature.as_deref())
         }

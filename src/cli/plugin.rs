@@ -15,6 +15,8 @@ use super::session::cache_dir;
 use super::{Failure, fail, print_json};
 use crate::error::ErrorCode;
 
+mod signatures;
+
 /// What an import lets a component ask for.
 pub(super) fn reach(import: &str) -> String {
     let family = import.split('/').next().unwrap_or(import);
@@ -31,7 +33,7 @@ pub(super) fn reach(import: &str) -> String {
     }
 }
 
-pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> {
+pub(super) fn plugin_inspect(file: &Path, signature: Option<&Path>, as_json: bool) -> Result<u8, Failure> {
     use crate::runtime::wasm::MAX_COMPONENT_FILE;
     use sha2::Digest;
     let meta = std::fs::metadata(file)
@@ -45,6 +47,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
     let bytes = std::fs::read(file)
         .map_err(|e| fail(ErrorCode::InvalidArgs, format!("cannot read {}: {e}", file.display())))?;
     let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+    let sigs = signatures::read(file, signature, &bytes)?;
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let imports = runtime
         .imports(&bytes)
@@ -54,13 +57,16 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
         source: crate::policy::PluginSource::File(file.to_path_buf()),
         kind: crate::policy::PluginKind::Tool,
         sha256: Some(sha256.clone()),
+        signers: Vec::new(),
+        signature: None,
         location: file.display().to_string(),
     };
     let exports = runtime.exports(&bytes).unwrap_or_default();
     let command = exports.iter().any(|e| e.starts_with("wasi:cli/run@"))
         && !exports.iter().any(|e| e.starts_with("warden:plugin/tool@"));
     if command {
-        return inspect_command(file, &sha256, bytes.len(), &imports, as_json);
+        let code = inspect_command(file, &sha256, bytes.len(), &imports, as_json, &sigs)?;
+        return Ok(code.max(signatures::exit_code(&sigs)));
     }
     let tools = runtime.load(&spec).map(|p| p.tools.clone());
     let sanitize = crate::shape::sanitize_str;
@@ -71,6 +77,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
             "size": bytes.len(),
             "kind": "tool",
             "imports": imports.iter().map(|i| json!({"name": i, "reach": reach(i)})).collect::<Vec<_>>(),
+            "signatures": signatures::to_json(&sigs),
         });
         match &tools {
             Ok(tools) => {
@@ -95,6 +102,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
         println!("file     {}", file.display());
         println!("sha256   {sha256}");
         println!("size     {} bytes", bytes.len());
+        signatures::print(&sigs);
         println!("\nIMPORTS (what it could ask the host for)");
         if imports.is_empty() {
             println!("  none");
@@ -120,7 +128,7 @@ pub(super) fn plugin_inspect(file: &Path, as_json: bool) -> Result<u8, Failure> 
         }
     }
     let bad_schema = tools.as_ref().is_ok_and(|t| t.iter().any(|t| schema_error(&t.input_schema).is_some()));
-    Ok(u8::from(tools.is_err() || bad_schema))
+    Ok(u8::from(tools.is_err() || bad_schema).max(signatures::exit_code(&sigs)))
 }
 
 /// `plugin inspect` of a `wasi:cli/command` program: no tools of its own.
@@ -130,6 +138,7 @@ pub(super) fn inspect_command(
     size: usize,
     imports: &[String],
     as_json: bool,
+    sigs: &signatures::Found,
 ) -> Result<u8, Failure> {
     let note = "a command program (wasi:cli/command): declare it with kind = \"command\" and give each tool \
                 an `args` template (docs/plugins.md)";
@@ -141,6 +150,7 @@ pub(super) fn inspect_command(
             "kind": "command",
             "imports": imports.iter().map(|i| json!({"name": i, "reach": reach(i)})).collect::<Vec<_>>(),
             "tools": [],
+            "signatures": signatures::to_json(sigs),
             "note": note,
         }));
         return Ok(0);
@@ -148,6 +158,7 @@ pub(super) fn inspect_command(
     println!("file     {}", file.display());
     println!("sha256   {sha256}");
     println!("size     {size} bytes");
+    signatures::print(sigs);
     println!("kind     {note}");
     println!("\nIMPORTS (what it could ask the host for)");
     if imports.is_empty() {

@@ -279,6 +279,32 @@ pub const RULES: &[LintRule] = &[
         security_severity: "6.0",
     },
     LintRule {
+        id: "WL121",
+        name: "plugin-unsigned",
+        severity: Severity::Warning,
+        short: "A third-party plugin has no signers",
+        full: "Its sha256 pins the bytes you reviewed, but nothing says who built them: whoever gave you the file \
+               (a mirror, a registry, a pull request that updated the pin) chose what runs. With `signers`, a \
+               component loads only with a valid signature by one of the listed keys (`ssh-keygen -Y sign -n \
+               warden-plugin`), checked before it is compiled.",
+        help: "Ask the author for their SSH public key and the signature file, and add signers = \
+               [\"ssh-ed25519 AAAA… author\"] to [plugins.NAME].",
+        security_severity: "4.0",
+    },
+    LintRule {
+        id: "WL122",
+        name: "plugin-imports-beyond-grants",
+        severity: Severity::Warning,
+        short: "A component imports network interfaces none of its tools is granted",
+        full: "The component imports wasi:sockets or wasi:http, but no tool of the plugin has net.connect. warden \
+               refuses every connection it was not granted, so nothing leaks today; but a plugin that asks for more \
+               than its job needs is either built carelessly or waiting for a grant, and a later, wider grant to \
+               one of its tools hands the network to all of its code.",
+        help: "Ask the author why it imports the network, or use a build without it; grant net.connect only to the \
+               tool that needs it, with named hosts.",
+        security_severity: "3.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,

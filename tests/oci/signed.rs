@@ -32,7 +32,6 @@ fn sign(key: &Path, file: &Path) {
 }
 
 #[test]
-#[ignore = "after merge: signatures"]
 fn signers_decide_whom_to_accept_for_an_oci_component() {
     let env = Env::new();
     let registry = Registry::start();

@@ -6,14 +6,14 @@
 //!
 //! The targets (`src/fuzzing.rs` holds their bodies): `policy` (the policy
 //! loader), `exec_input` (the tool-call shapes of `warden exec`),
-//! `args_and_shape` (argument validation, sanitising and truncation) and
-//! `mcp_frame` (the MCP stdio frame gate).
+//! `args_and_shape` (argument validation, sanitising and truncation),
+//! `mcp_frame` (the MCP stdio frame gate) and `sshsig` (plugin signatures).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Every target, in the order they run.
-pub const TARGETS: &[&str] = &["policy", "exec_input", "args_and_shape", "mcp_frame"];
+pub const TARGETS: &[&str] = &["policy", "exec_input", "args_and_shape", "mcp_frame", "sshsig"];
 
 /// Codegen units for the fuzz build (cargo-fuzz defaults to 1 outside `--dev`,
 /// which makes the build several minutes longer on a small machine; the runs
@@ -22,7 +22,7 @@ const CODEGEN_UNITS: &str = "16";
 
 /// `cargo xtask fuzz` usage.
 pub const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [TARGET...]   (targets: policy, exec_input, \
-                         args_and_shape, mcp_frame; default: all, 60 s each)";
+                         args_and_shape, mcp_frame, sshsig; default: all, 60 s each)";
 
 /// `cargo +nightly …`, through the rustup proxy, free of what the outer cargo set.
 fn nightly() -> Command {

@@ -22,6 +22,7 @@ use crate::{cargo, root};
 
 mod confine;
 mod push;
+mod sign;
 
 /// The target every plugin is built for.
 const TARGET: &str = "wasm32-wasip2";
@@ -32,6 +33,7 @@ usage: cargo xtask plugin new NAME [--dir DIR]
        cargo xtask plugin build NAME...|--all [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin check NAME|FILE.wasm [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin push NAME|FILE.wasm oci://HOST[:PORT]/REPO[:TAG] [--dir DIR] [--warden FILE]
+       cargo xtask plugin sign NAME|FILE.wasm --key KEY [--dir DIR] [--warden FILE]
 
   new     create DIR/NAME: a plugin with one example tool (greet), its own cargo workspace and lock file
   fetch   download the dependencies Cargo.lock names, under warden: cargo only (no code of the plugin),
@@ -44,12 +46,15 @@ usage: cargo xtask plugin new NAME [--dir DIR]
           when describe() fails, a schema is unusable, or a tool name is invalid or repeated
   push    publish target/plugins/NAME.wasm (or FILE.wasm) to an OCI registry with FILE.wasm.sig as its
           signature when present; print the source = \"oci://…@sha256:…\" line that pins it
+  sign    sign target/plugins/NAME.wasm (or FILE.wasm) with `ssh-keygen -Y sign -n warden-plugin`,
+          check it with warden, write FILE.wasm.sig and print the policy's `signers = [...]` line
 
   --dir DIR         where plugins live (default: this repository's plugins/)
   --target-dir DIR  the build root: CARGO_HOME of the fetch, one cargo target directory per plugin
                     (default: $CARGO_TARGET_DIR, else target/plugin-build beside target/plugins)
   --warden FILE     the warden binary that inspects the plugin (default: $WARDEN_BIN, else
-                    `cargo build --locked --bin warden` in this repository)";
+                    `cargo build --locked --bin warden` in this repository)
+  --key KEY         (sign) the ed25519 private key, or its .pub with the key in ssh-agent";
 
 /// Directory names under a plugins directory that are not plugins.
 const NOT_PLUGINS: &[&str] = &["wit", "wit-0.2.0", "target"];
@@ -82,6 +87,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         println!("{USAGE}");
         return Ok(());
     }
+    if sub == "sign" {
+        return sign::sign(rest);
+    }
     let opts = parse(rest)?;
     if opts.help {
         println!("{USAGE}");
@@ -93,7 +101,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "build" => build(&opts),
         "check" => check(&opts),
         "push" => push::push(&opts),
-        other => Err(format!("plugin: unknown subcommand {other:?} (new, fetch, build, check or push)\n{USAGE}")),
+        other => Err(format!("plugin: unknown subcommand {other:?} (new, fetch, build, check, push or sign)\n{USAGE}")),
     }
 }
 

@@ -310,6 +310,8 @@ impl Found<'_> {
                 if policy.plugins.get(plugin_name).is_some_and(|p| p.source.is_third_party()) {
                     poisoned(spec, &format!("plugin {plugin_name}"), def)?;
                     self.pins.check(Owner::Plugin(plugin_name), def).map_err(refused)?;
+                    let signer = plugin.signer.as_ref().map(|s| s.fingerprint.as_str());
+                    self.pins.check_provenance(plugin_name, &plugin.sha256, signer).map_err(refused)?;
                 }
                 let (description, schema) = (def.description.clone(), def.input_schema.clone());
                 (Some(plugin), description, schema, format!("plugin {plugin_name}"))

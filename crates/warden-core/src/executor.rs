@@ -108,6 +108,8 @@ struct Trace {
     cache_probe: Option<crate::cache::Probe>,
     /// The kinds and sizes of a content result's blocks (never their bytes).
     content: Option<Value>,
+    /// A component tool's provenance: plugin, source, sha256, signer.
+    component: Option<Value>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -241,6 +243,7 @@ impl Executor {
                 cache: None,
                 cache_probe: None,
                 content: None,
+                component: None,
             },
         };
         let sha = ready.args_sha256.clone();
@@ -298,6 +301,7 @@ impl Executor {
             profile: self.policy.profile.as_ref().map(|p| p.name.clone()),
             cache: None,
             content: None,
+            component: None,
         }
     }
 
@@ -350,6 +354,7 @@ impl Executor {
         record.exit = trace.exit;
         record.cache = trace.cache;
         record.content = trace.content;
+        record.component = trace.component;
         // An INTERNAL error already says why the log failed (the pre-run check): keep it.
         let explained = response.error.as_ref().is_some_and(|x| x.code == ErrorCode::Internal);
         if let Err(e) = self.audit.append(&record)
@@ -586,6 +591,7 @@ impl Executor {
             trace.sandbox = Some(sandbox);
             return Ok(self.shape(spec, value, usage, blocks, trace));
         }
+        trace.component = ready.plugin.as_ref().map(|p| p.provenance());
         let (walls, tmp) = Walls::for_tool(spec, &self.policy.workspace, &self.writable, &self.policy.own_files)?;
         let tmp_path = tmp.as_ref().map(|t| t.path.as_path());
         let run = match (&spec.runner, &ready.plugin) {

@@ -70,6 +70,26 @@ pub struct Lock {
     /// Only the hashes decide what is pinned.
     #[serde(default)]
     pub definitions: BTreeMap<String, BTreeMap<String, BTreeMap<String, Accepted>>>,
+    /// `[provenance.plugins.NAME]`: where each third-party plugin's component
+    /// came from, its sha256 and who signed it. Absent from older locks.
+    #[serde(default)]
+    pub provenance: BTreeMap<String, BTreeMap<String, Provenance>>,
+}
+
+/// A plugin's component as `warden lock` accepted it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// `file:/abs/path` (or another source's name).
+    pub source: String,
+    /// sha256 of the component's bytes.
+    pub sha256: String,
+    /// The accepted signer's fingerprint (`SHA256:…`), when `signers` asked for one.
+    #[serde(default)]
+    pub signer: Option<String>,
+    /// The signer's key line.
+    #[serde(default)]
+    pub key: Option<String>,
 }
 
 /// An accepted definition, as `warden lock` saw it.
@@ -111,6 +131,16 @@ impl Lock {
         };
     }
 
+    /// Records the provenance of plugin `name`.
+    pub fn insert_provenance(&mut self, name: &str, provenance: Provenance) {
+        self.provenance.entry("plugins".into()).or_default().insert(name.to_string(), provenance);
+    }
+
+    /// The accepted provenance of plugin `name`, when the lock keeps it.
+    pub fn provenance_of(&self, name: &str) -> Option<&Provenance> {
+        self.provenance.get("plugins")?.get(name)
+    }
+
     /// The accepted definition of `tool` of `owner`, when the lock keeps it.
     pub fn accepted(&self, owner: Owner<'_>, tool: &str) -> Option<&Accepted> {
         let (section, name) = owner.key();
@@ -119,7 +149,7 @@ impl Lock {
 
     /// Whether `other` pins the same definitions (the kept texts aside).
     pub fn same_pins(&self, other: &Lock) -> bool {
-        self.plugins == other.plugins && self.servers == other.servers
+        self.plugins == other.plugins && self.servers == other.servers && self.provenance == other.provenance
     }
 
     fn table(&self, owner: Owner<'_>) -> Option<&BTreeMap<String, String>> {
@@ -143,6 +173,17 @@ impl Lock {
                 let _ = write!(out, "\n[{section}.{}]\n", quote(name));
                 for (tool, hash) in tools {
                     let _ = writeln!(out, "{} = {}", quote(tool), quote(hash));
+                }
+            }
+        }
+        for (section, owners) in &self.provenance {
+            for (name, p) in owners {
+                let _ = write!(out, "\n[provenance.{section}.{}]\n", quote(name));
+                let _ = writeln!(out, "source = {}\nsha256 = {}", quote(&p.source), quote(&p.sha256));
+                for (key, value) in [("signer", &p.signer), ("key", &p.key)] {
+                    if let Some(v) = value {
+                        let _ = writeln!(out, "{key} = {}", quote(v));
+                    }
                 }
             }
         }
@@ -180,6 +221,16 @@ impl Lock {
                     }
                 }
                 removed.extend(o.keys().filter(|t| !n.contains_key(*t)).map(|t| format!("{section} {owner}: {t}")));
+            }
+        }
+        let (empty, plugins) = (BTreeMap::new(), "plugins".to_string());
+        let old_p = self.provenance.get(&plugins).unwrap_or(&empty);
+        for (name, p) in new.provenance.get(&plugins).unwrap_or(&empty) {
+            let what = format!("plugin {name}: its component (sha256 or signer)");
+            match old_p.get(name) {
+                None => added.push(what),
+                Some(o) if (&o.sha256, &o.signer) != (&p.sha256, &p.signer) => changed.push(what),
+                Some(_) => {}
             }
         }
         (added, changed, removed)
@@ -285,6 +336,34 @@ impl Pins {
     }
 }
 
+impl Pins {
+    /// Whether plugin `name`'s component (its sha256 and accepted signer) is the
+    /// one the lock accepted; a lock without its provenance (an older lock, or
+    /// none) does not judge it.
+    pub fn check_provenance(&self, name: &str, sha256: &str, signer: Option<&str>) -> Result<(), String> {
+        let Pins::Loaded(path, lock) = self else { return Ok(()) };
+        let Some(p) = lock.provenance_of(name) else { return Ok(()) };
+        let was = |s: Option<&str>| s.unwrap_or("nobody (unsigned)").to_string();
+        if p.sha256 != sha256 {
+            return Err(format!(
+                "plugin {name}'s component changed since {} was written (sha256 {} there, {sha256} now): \
+                 review, then `warden lock`",
+                path.display(),
+                p.sha256
+            ));
+        }
+        if p.signer.as_deref() != signer {
+            return Err(format!(
+                "plugin {name} is signed by {} but {} accepted {}: review, then `warden lock`",
+                was(signer),
+                path.display(),
+                was(p.signer.as_deref())
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +391,35 @@ mod tests {
         assert!(pins.check(Owner::Server("notes"), &def("read_note", "Reads a note.")).is_ok());
         assert!(Pins::Broken("x".into(), "bad".into()).check(Owner::Server("notes"), &def("a", "b")).is_err());
         assert!(Pins::Missing("x".into()).check(Owner::Server("notes"), &def("a", "b")).is_ok());
+    }
+
+    #[test]
+    fn provenance_round_trips_old_locks_read_and_a_changed_component_is_refused() {
+        let old: Lock = toml::from_str("version = 1\n[plugins.hello]\ngreet = \"sha256:00\"\n")
+            .unwrap_or_else(|e| panic!("an older lock without provenance: {e}"));
+        assert!(Pins::Loaded("warden.lock".into(), old).check_provenance("hello", "aa", None).is_ok());
+        let mut lock = Lock::new();
+        let p = Provenance {
+            source: "file:/p/hello.wasm".into(),
+            sha256: "aa".into(),
+            signer: Some("SHA256:x".into()),
+            key: Some("ssh-ed25519 AAAA".into()),
+        };
+        lock.insert_provenance("hello", p.clone());
+        let text = lock.to_text();
+        let back: Lock = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(back.provenance_of("hello"), Some(&p));
+        let pins = Pins::Loaded("warden.lock".into(), back.clone());
+        assert!(pins.check_provenance("hello", "aa", Some("SHA256:x")).is_ok());
+        let e = pins.check_provenance("hello", "bb", Some("SHA256:x")).err().unwrap_or_default();
+        assert!(e.contains("sha256") && e.contains("review, then `warden lock`"), "{e}");
+        let e = pins.check_provenance("hello", "aa", Some("SHA256:y")).err().unwrap_or_default();
+        assert!(e.contains("SHA256:y") && e.contains("SHA256:x"), "{e}");
+        assert!(pins.check_provenance("hello", "aa", None).is_err());
+        let mut moved = back.clone();
+        moved.insert_provenance("hello", Provenance { sha256: "bb".into(), ..p });
+        assert!(!back.same_pins(&moved));
+        assert_eq!(back.changes(&moved).1, vec!["plugin hello: its component (sha256 or signer)".to_string()]);
     }
 
     #[test]

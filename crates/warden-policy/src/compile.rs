@@ -222,8 +222,12 @@ fn compile_plugins(c: &mut Checker<'_>, raw: &RawPolicy, dir: &Path) -> BTreeMap
         if kind == PluginKind::Command && matches!(source, PluginSource::Builtin(_)) {
             c.problem(span.clone(), format!("plugin {name}: builtin plugins are of kind \"tool\""));
         }
-        plugins
-            .insert(name.clone(), PluginSpec { name: name.clone(), source, kind, sha256, location: c.location(span) });
+        let (signers, signature) = signers::plugin_signers(c, name, p, &source, dir);
+        let location = c.location(span);
+        plugins.insert(
+            name.clone(),
+            PluginSpec { name: name.clone(), source, kind, sha256, signers, signature, location },
+        );
     }
     plugins
 }
@@ -682,6 +686,7 @@ fn parse_host_port(s: &str) -> Result<NetGrant, String> {
 }
 
 mod server;
+mod signers;
 mod tool;
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod oci;
 pub mod profile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
 pub mod schema;
+pub mod signer;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -286,6 +287,12 @@ pub struct PluginSpec {
     /// The pinned sha256 of the component bytes (lowercase hex); required for
     /// files, optional for OCI (where it must equal the layer digest).
     pub sha256: Option<String>,
+    /// `signers`: the keys one of which must have signed the component (each a
+    /// checked [`signer`] entry); empty: no signature is required.
+    pub signers: Vec<String>,
+    /// `signature`: where a file source's signature is (default: the source's
+    /// path with `.sig` added); `None` for builtins.
+    pub signature: Option<PathBuf>,
     /// `file:line:column` of the table, for messages.
     pub location: String,
 }

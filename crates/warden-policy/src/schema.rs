@@ -74,6 +74,10 @@ pub struct RawPlugin {
     pub sha256: Option<Spanned<String>>,
     /// `"tool"` (the warden:plugin world, the default) or `"command"` (wasi:cli/command).
     pub kind: Option<Spanned<String>>,
+    /// The keys (`ssh-ed25519 …` lines or `SHA256:…` fingerprints) whose signature it must carry.
+    pub signers: Option<Spanned<Vec<String>>>,
+    /// The signature file (default: the source's path with `.sig` added).
+    pub signature: Option<Spanned<String>>,
 }
 
 /// `[tools.NAME]`

@@ -27,6 +27,7 @@ pub mod process;
 pub mod progress;
 pub mod protect;
 pub mod server;
+pub mod signature;
 pub mod wasm;
 
 use std::fs;

@@ -75,6 +75,10 @@ pub struct Record {
     /// its structured content; never the bytes themselves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Value>,
+    /// A component tool's provenance: `{"plugin", "source": "file:/abs" |
+    /// "builtin:NAME", "sha256", "signer": "SHA256:…" | null}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<Value>,
 }
 
 #[derive(Serialize)]

@@ -112,6 +112,21 @@ fn oci_sources_are_by_digest_and_need_no_pin() {
 }
 
 #[test]
+fn an_oci_component_takes_signers_but_no_signature_file() {
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice";
+    let head = format!("version = 1\n[plugins.w]\nsource = \"oci://127.0.0.1:5000/p/w@sha256:{}\"\n", "b".repeat(64));
+    let ok = load(&format!("{head}signers = [\"{key}\"]\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok.plugins["w"].signers.len(), 1);
+    assert_eq!(ok.plugins["w"].signature, None);
+    let p = first_problem(&format!("{head}signers = [\"{key}\"]\nsignature = \"w.sig\"\n"));
+    assert!(
+        p.message.contains("dev.warden.signature.sshsig") && p.message.contains("remove signature"),
+        "{}",
+        p.message
+    );
+}
+
+#[test]
 fn bad_regexes_are_rejected() {
     let p = first_problem(&format!(
         "{HEAD}[tools.grep]\nplugin = \"fs\"\n[[tools.grep.rule]]\nwhen = {{ pattern = \"(\" }}\ntier = \"deny\"\n"

@@ -93,6 +93,10 @@ pub struct LoadedPlugin {
     pub name: String,
     /// sha256 of the component bytes.
     pub sha256: String,
+    /// Where it came from: `builtin:NAME` or `file:/abs/path`.
+    pub source: String,
+    /// The signer the policy's `signers` accepted (`None` when it lists none).
+    pub signer: Option<crate::signature::Verified>,
     /// Its tools, from `describe()` (none for a command: the policy defines those).
     pub tools: Vec<ToolDef>,
     pre: Pre,
@@ -106,6 +110,14 @@ enum Pre {
     ToolV2(bindings_v2::PluginPre<HostState>),
     /// `wasi:cli/command`.
     Command(CommandPre<HostState>),
+}
+
+impl LoadedPlugin {
+    /// Where it came from, as a call's audit record names it (`component`).
+    pub fn provenance(&self) -> serde_json::Value {
+        let signer = self.signer.as_ref().map(|s| s.fingerprint.as_str());
+        serde_json::json!({"plugin": self.name, "source": self.source, "sha256": self.sha256, "signer": signer})
+    }
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -366,8 +378,8 @@ impl ComponentRuntime {
         Ok(names)
     }
 
-    /// Loads (or returns the already loaded) plugin: reads it, checks its pin,
-    /// compiles it (or takes it from the cache) and calls `describe()`.
+    /// Loads (or returns the already loaded) plugin: reads it, checks its pin
+    /// and its signature (`signers`), compiles it (or takes it from the cache) and calls `describe()`.
     pub fn load(&self, spec: &PluginSpec) -> Result<Arc<LoadedPlugin>, CallError> {
         if let Some(p) = self.loaded.lock().unwrap_or_else(PoisonError::into_inner).get(&spec.name) {
             return Ok(p.clone());
@@ -386,8 +398,14 @@ impl ComponentRuntime {
                 ),
             ));
         }
-        // Signature verification (when the policy names signers) goes here, before compiling.
-        drop(oci_signature);
+        // Nothing compiles a component before its signature passes; an OCI component's comes
+        // from its manifest's annotation, a file's from its signature file.
+        let text = match oci_signature {
+            Some(text) => Some(text),
+            None => crate::signature::signature_text(spec).map_err(|(code, msg)| fail(code, msg))?,
+        };
+        let signer = crate::signature::check(spec, &bytes, text.as_deref()).map_err(|(code, msg)| fail(code, msg))?;
+        let source = crate::signature::source_label(&spec.source);
         let rt = self.started()?;
         let component = rt
             .cache
@@ -403,8 +421,9 @@ impl ComponentRuntime {
                     ),
                 )
             })?;
+            let pre = Pre::Command(pre);
             let loaded =
-                Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools: Vec::new(), pre: Pre::Command(pre) });
+                Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, source, signer, tools: Vec::new(), pre });
             self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
             return Ok(loaded);
         }
@@ -456,9 +475,17 @@ impl ComponentRuntime {
             Pre::Command(_) => Ok(Vec::new()),
         };
         let tools = described.map_err(|e| fail(ErrorCode::ExecutionFailed, format!("describe() failed: {e:#}")))?;
-        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, tools, pre });
+        let loaded = Arc::new(LoadedPlugin { name: spec.name.clone(), sha256, source, signer, tools, pre });
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(spec.name.clone(), loaded.clone());
         Ok(loaded)
+    }
+
+    /// The interfaces `spec`'s component imports, read from wherever its source
+    /// keeps it (a file, a registry, warden itself) with the checks of [`Self::load`]'s
+    /// first step; nothing is instantiated.
+    pub fn plugin_imports(&self, spec: &PluginSpec) -> Result<Vec<String>, CallError> {
+        let (bytes, _, _) = self.source_bytes(spec)?;
+        self.imports(&bytes)
     }
 
     /// A plugin's component bytes, their sha256 and, from an OCI manifest, its
