@@ -48,7 +48,8 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     check_or_write(check, &path, old.as_ref(), &new)
 }
 
-/// Loads the policy's plugins (not builtin, not commands) and pins their tools.
+/// Loads the policy's third-party plugins, records each component's
+/// provenance and pins the tools of those that describe them (not commands).
 fn pin_plugins<'a>(
     policy: &'a crate::policy::Policy,
     runtime: &ComponentRuntime,
@@ -58,16 +59,19 @@ fn pin_plugins<'a>(
     use crate::lock::Owner;
     use crate::policy::PluginKind;
     for p in policy.plugins.values() {
-        if !p.source.is_third_party() || p.kind == PluginKind::Command {
+        if !p.source.is_third_party() {
             continue;
         }
         let loaded =
             runtime.load(p).map_err(|e| fail(ErrorCode::ExecutionFailed, format!("cannot lock: {}", e.message)))?;
-        new.insert(Owner::Plugin(&p.name), &loaded.tools);
         let (signer, key) = loaded.signer.as_ref().map(|s| (s.fingerprint.clone(), s.key.clone())).unzip();
         let provenance =
             crate::lock::Provenance { source: loaded.source.clone(), sha256: loaded.sha256.clone(), signer, key };
         new.insert_provenance(&p.name, provenance);
+        if p.kind == PluginKind::Command {
+            continue;
+        }
+        new.insert(Owner::Plugin(&p.name), &loaded.tools);
         for t in &loaded.tools {
             found.insert(format!("plugin {}: {}", p.name, t.name), (Owner::Plugin(&p.name), t.name.clone(), t.clone()));
         }

@@ -80,6 +80,14 @@ pub(crate) fn cases() -> Vec<Case> {
             env_wrapper,
         ),
         c(
+            "supply-checkout-links/build",
+            "the plugin's checkout ships links under target/: the generated policy's name and the copy's partial \
+             name to a file of the user's, and the build root's targets/ to a directory outside",
+            "refused naming the link before anything is created through it; without the targets link the build \
+             replaces the other two links, never writes through them",
+            checkout_links,
+        ),
+        c(
             "supply-toolchain-path/build",
             "a plugin's rust-toolchain.toml sets [toolchain] path to a directory of fake cargo and rustc",
             "refused before anything runs, naming `path`; no marker",
@@ -140,8 +148,17 @@ fn attack(id: &str) {
         None => Err("no proxy".to_string()),
     };
     r += &format!("proxy connect: {reply:?}\n");
-    let _ = std::fs::create_dir_all(REPORTS);
-    let _ = std::fs::write(format!("{REPORTS}/{id}.txt"), r);
+    // Into the target directory xtask gave the build (targets/NAME-KEY), found from OUT_DIR (a proc
+    // macro sees the OUT_DIR of the crate it expands in).
+    let mut at = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
+    while let Some(parent) = at.parent().map(std::path::Path::to_path_buf) {
+        if parent.file_name().is_some_and(|n| n == "targets") {
+            let _ = std::fs::create_dir_all(at.join("reports"));
+            let _ = std::fs::write(at.join("reports").join(format!("{id}.txt")), r);
+            return;
+        }
+        at = parent;
+    }
 }
 "#;
 
@@ -157,14 +174,13 @@ fn script(path: &Path, marker: &Path) {
 
 /// Writes the plugins directory: `evil` (three pieces, a cargo config) and
 /// `evil-tc` (a toolchain path).
-fn fixture(s: &Scene, dir: &Path, reports: &Path, plant_dirs: &[PathBuf], listener: u16) -> [PathBuf; 2] {
+fn fixture(s: &Scene, dir: &Path, plant_dirs: &[PathBuf], listener: u16) -> [PathBuf; 2] {
     let evil = dir.join("evil");
     let consts = format!(
         "const PLANT: &[&str] = &[{}];\nconst SECRET: &str = {:?};\nconst LISTENER: &str = \"127.0.0.1:{listener}\";\n\
-         const REPORTS: &str = {:?};\n{ATTACK}",
+         {ATTACK}",
         plant_dirs.iter().map(|d| format!("{:?}", d.display().to_string())).collect::<Vec<_>>().join(", "),
         s.secret_file.display().to_string(),
-        reports.display().to_string(),
     );
     write(
         &evil.join("Cargo.toml"),
@@ -298,8 +314,8 @@ fn attempt(s: &Scene) -> Outcome {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     // Each build reports under its own build root, inside its write grant.
-    let configs = fixture(s, &dirs[0], &roots[0].join("targets/evil/reports"), &plant_dirs, port);
-    fixture(s, &dirs[1], &roots[1].join("targets/evil/reports"), &plant_dirs, port);
+    let configs = fixture(s, &dirs[0], &plant_dirs, port);
+    fixture(s, &dirs[1], &plant_dirs, port);
     script(&s.outside.join("supply/wrap-config.sh"), &config_marker);
     script(&s.outside.join("supply/wrap-env.sh"), &env_marker);
     for program in ["cargo", "rustc"] {
@@ -410,7 +426,23 @@ fn judge_report(s: &Scene, o: &Outcome, report: &Path, piece: &str) -> (bool, St
 /// Whether the hostile build `i` (0: build, 1: check) produced its component, so its code
 /// really ran (warden then refuses to load it: it is no warden plugin, so xtask exits 1).
 fn built(o: &Outcome, i: usize) -> bool {
-    o.roots[i].join("targets/evil/wasm32-wasip2/release/evil.wasm").is_file()
+    evil_target(o, i).join("wasm32-wasip2/release/evil.wasm").is_file()
+}
+
+/// The target directory xtask gave `evil` in build root `i` (`targets/evil-KEY`).
+fn evil_target(o: &Outcome, i: usize) -> PathBuf {
+    std::fs::read_dir(o.roots[i].join("targets"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("evil-")))
+        .unwrap_or_else(|| o.roots[i].join("targets/evil-(none)"))
+}
+
+/// Where piece `piece` of build `i` reported.
+fn report(o: &Outcome, i: usize, piece: &str) -> PathBuf {
+    evil_target(o, i).join("reports").join(format!("{piece}.txt"))
 }
 
 fn skipped_or(o: &Outcome) -> Option<Observed> {
@@ -423,7 +455,7 @@ fn piece(s: &Scene, piece: &str) -> Observed {
         return skip;
     }
     let build = &o.runs[0];
-    let (ok, seen) = judge_report(s, o, &o.roots[0].join("targets/evil/reports").join(format!("{piece}.txt")), piece);
+    let (ok, seen) = judge_report(s, o, &report(o, 0, piece), piece);
     let built = built(o, 0);
     let why = if built {
         "built".to_string()
@@ -443,7 +475,7 @@ fn check(s: &Scene) -> Observed {
     let mut seen = vec![format!("check exit {} (built in its own root: {built})", run.code)];
     let mut ok = built && !s.leaks(&run.stdout) && !s.leaks(&run.stderr);
     for p in PIECES {
-        let (held, text) = judge_report(s, o, &o.roots[1].join("targets/evil/reports").join(format!("{p}.txt")), p);
+        let (held, text) = judge_report(s, o, &report(o, 1, p), p);
         ok &= held;
         seen.push(text);
     }
@@ -458,9 +490,8 @@ fn cargo_config(s: &Scene) -> Observed {
     let build = &o.runs[0];
     let warned = o.configs.iter().all(|c| build.stderr.contains(&format!("not read: {}", c.display())));
     let marker = o.config_marker.exists();
-    let env_seen = std::fs::read_to_string(o.roots[0].join("targets/evil/reports/build-script.txt"))
-        .map(|t| t.contains("env config: Ok"))
-        .unwrap_or(true);
+    let env_seen =
+        std::fs::read_to_string(report(o, 0, "build-script")).map(|t| t.contains("env config: Ok")).unwrap_or(true);
     Observed::new(
         warned && !marker && !env_seen && built(o, 0),
         format!(
@@ -476,9 +507,8 @@ fn env_wrapper(s: &Scene) -> Observed {
         return skip;
     }
     let marker = o.env_marker.exists();
-    let cfg = std::fs::read_to_string(o.roots[0].join("targets/evil/reports/build-script.txt"))
-        .map(|t| t.contains("cfg evil: true"))
-        .unwrap_or(true);
+    let cfg =
+        std::fs::read_to_string(report(o, 0, "build-script")).map(|t| t.contains("cfg evil: true")).unwrap_or(true);
     let _ = s;
     Observed::new(
         !marker && !cfg && built(o, 0),
@@ -501,6 +531,68 @@ fn toolchain_path(s: &Scene) -> Observed {
             "exit {}; names `path`: {named}; fake toolchain ran: {marker}; {}",
             run.code,
             crate::util::clip(&run.stderr, 300)
+        ),
+    )
+}
+
+/// A plugin checkout that ships links where the build writes on the host.
+fn checkout_links(s: &Scene) -> Observed {
+    let (xtask, rustc) = match (xtask_bin(), rustc()) {
+        (Ok(x), Ok(r)) => (x, r),
+        (Err(e), _) | (_, Err(e)) => return Observed::skipped(e),
+    };
+    let base = s.side_dir("supply-links");
+    let dir = base.join("plugins");
+    let plain = dir.join("plain");
+    write(
+        &plain.join("Cargo.toml"),
+        "[package]\nname = \"plain\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[workspace]\n",
+    );
+    write(&plain.join("src/lib.rs"), "#[no_mangle]\npub extern \"C\" fn plain() -> u32 { 7 }\n");
+    write(&plain.join("Cargo.lock"), "version = 4\n\n[[package]]\nname = \"plain\"\nversion = \"0.1.0\"\n");
+    write(&plain.join("rust-toolchain.toml"), &format!("[toolchain]\nchannel = \"{}\"\n", channel()));
+    let victims = [s.outside.join("links-victim-policy"), s.outside.join("links-victim-copy")];
+    for v in &victims {
+        std::fs::write(v, "precious\n").unwrap();
+        set_mode(v, 0o666);
+    }
+    let elsewhere = s.outside.join("links-elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let root = dir.join("target/plugin-build");
+    for d in [root.join(".warden"), dir.join("target/plugins")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::os::unix::fs::symlink(&victims[0], root.join(".warden/plain.toml")).unwrap();
+    std::os::unix::fs::symlink(&victims[1], dir.join("target/plugins/.plain.wasm.partial")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("targets")).unwrap();
+    let run = || {
+        let mut c = Command::new(&xtask);
+        c.args(["plugin", "build", "plain", "--dir"])
+            .arg(&dir)
+            .arg("--warden")
+            .arg(WARDEN)
+            .env("RUSTC", &rustc)
+            .env_remove("CARGO_TARGET_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_to_end(c, None)
+    };
+    let first = run();
+    let refused = first.code != 0 && first.stderr.contains("targets is a symbolic link");
+    let created = std::fs::read_dir(&elsewhere).map(|d| d.count()).unwrap_or(0);
+    std::fs::remove_file(root.join("targets")).unwrap();
+    let second = run();
+    let intact = victims.iter().all(|v| std::fs::read_to_string(v).is_ok_and(|t| t == "precious\n"));
+    let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+    let replaced = regular(&root.join(".warden/plain.toml")) && regular(&dir.join("target/plugins/plain.wasm"));
+    Observed::new(
+        refused && created == 0 && intact && replaced,
+        format!(
+            "with the targets link: exit {}, refused naming it: {refused}, {created} entr(ies) created through it; \
+             without it: exit {} (the component is no warden plugin), the links replaced by files: {replaced}; \
+             the user's two files intact: {intact}",
+            first.code, second.code
         ),
     )
 }

@@ -73,7 +73,7 @@ fn rand_suffix() -> u64 {
 }
 
 /// Serves tokens on `listener` to clients sending the basic credentials; counts refusals.
-fn serve_tokens(listener: TcpListener, dir: std::path::PathBuf, refused: Arc<AtomicUsize>) {
+fn serve_tokens(listener: TcpListener, dir: std::path::PathBuf, refused: Arc<AtomicUsize>, granted: Arc<AtomicUsize>) {
     let basic = format!("basic {}", b64(format!("{USER}:{PASSWORD}").as_bytes(), false)).to_ascii_lowercase();
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
@@ -88,6 +88,7 @@ fn serve_tokens(listener: TcpListener, dir: std::path::PathBuf, refused: Arc<Ato
         }
         let authorized = lines.iter().any(|l| l.to_ascii_lowercase() == format!("authorization: {basic}"));
         let answer = if authorized {
+            granted.fetch_add(1, Ordering::Relaxed);
             let body = serde_json::json!({"token": token(&dir, "plugins/kit")}).to_string();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
@@ -109,22 +110,34 @@ fn a_token_registry_is_used_with_the_configured_credentials() {
     make_key(keys.path());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let refused = Arc::new(AtomicUsize::new(0));
-    let (dir, count) = (keys.path().to_path_buf(), refused.clone());
-    std::thread::spawn(move || serve_tokens(listener, dir, count));
+    let (refused, granted) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (dir, count, given) = (keys.path().to_path_buf(), refused.clone(), granted.clone());
+    std::thread::spawn(move || serve_tokens(listener, dir, count, given));
     let registry = Registry::start_with(&format!(
         "auth:\n  token:\n    realm: http://127.0.0.1:{port}/token\n    service: {SERVICE}\n    issuer: {ISSUER}\n    \
          rootcertbundle: {}\n",
         keys.path().join("tok.pem").display()
     ));
     let target = format!("oci://{}/plugins/kit:0.1.0", registry.authority());
-    let creds = [("WARDEN_OCI_USERNAME", USER), ("WARDEN_OCI_PASSWORD", PASSWORD)];
+    // The credentials are for the registry and its token service, and only those (WARDEN_OCI_REGISTRY).
+    let hosts = format!("{},127.0.0.1:{port}", registry.authority());
+    let creds = [("WARDEN_OCI_USERNAME", USER), ("WARDEN_OCI_PASSWORD", PASSWORD), ("WARDEN_OCI_REGISTRY", &hosts)];
 
     // No credentials: the token service says no, and the error says what to set.
     let run = warden(&env, &fresh_cache(&env, "c0"), &["plugin", "push", TESTKIT, &target], &[]);
     assert_ne!(run.code, 0, "{}", run.all());
     assert!(run.stderr.contains("WARDEN_OCI_USERNAME"), "{}", run.all());
     assert!(refused.load(Ordering::Relaxed) > 0);
+
+    // Credentials not meant for the token service never reach it: the push is refused, naming the
+    // variable, and the token service saw no credentials.
+    let only_registry = registry.authority().to_string();
+    let scoped =
+        [("WARDEN_OCI_USERNAME", USER), ("WARDEN_OCI_PASSWORD", PASSWORD), ("WARDEN_OCI_REGISTRY", &only_registry)];
+    let run = warden(&env, &fresh_cache(&env, "c-scoped"), &["plugin", "push", TESTKIT, &target], &scoped);
+    assert_ne!(run.code, 0, "{}", run.all());
+    assert!(run.stderr.contains("WARDEN_OCI_REGISTRY"), "{}", run.all());
+    assert_eq!(granted.load(Ordering::Relaxed), 0, "the token service got the credentials");
 
     let (source, _) = super::push(&env, TESTKIT, &target, &[], &creds);
     write_policy(&env, &source, "");

@@ -30,8 +30,8 @@ const TARGET: &str = "wasm32-wasip2";
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask plugin new NAME [--dir DIR]
        cargo xtask plugin fetch NAME... [--dir DIR] [--target-dir DIR] [--warden FILE]
-       cargo xtask plugin build NAME...|--all [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
-       cargo xtask plugin check NAME|FILE.wasm [--offline] [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin build NAME...|--all [--offline] [--clean] [--dir DIR] [--target-dir DIR] [--warden FILE]
+       cargo xtask plugin check NAME|FILE.wasm [--offline] [--clean] [--dir DIR] [--target-dir DIR] [--warden FILE]
        cargo xtask plugin push NAME|FILE.wasm oci://HOST[:PORT]/REPO[:TAG] [--dir DIR] [--warden FILE]
        cargo xtask plugin sign NAME|FILE.wasm --key KEY [--dir DIR] [--warden FILE]
 
@@ -41,7 +41,9 @@ usage: cargo xtask plugin new NAME [--dir DIR]
   build   fetch, then build DIR/NAME reproducibly for wasm32-wasip2 under warden (the plugin's build
           scripts and proc macros run with its sources read-only, its own target directory the only
           writable place, no network, no secrets); write target/plugins/NAME.wasm, print its sha256
-          (stderr) and a policy snippet (stdout). --offline skips the fetch.
+          (stderr) and a policy snippet (stdout). --offline skips the fetch; --clean empties the
+          plugin's target directory first (build a release you pin that way: an earlier build's
+          code could have left anything there)
   check   build (or take FILE.wasm), load it as warden does, list its tools and WASI imports; exit 1
           when describe() fails, a schema is unusable, or a tool name is invalid or repeated
   push    publish target/plugins/NAME.wasm (or FILE.wasm) to an OCI registry with FILE.wasm.sig as its
@@ -74,6 +76,7 @@ struct Opts {
     warden: Option<PathBuf>,
     all: bool,
     offline: bool,
+    clean: bool,
     help: bool,
 }
 
@@ -125,6 +128,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--warden" => o.warden = Some(value("the path of a warden binary")?),
             "--all" if inline.is_none() => o.all = true,
             "--offline" if inline.is_none() => o.offline = true,
+            "--clean" if inline.is_none() => o.clean = true,
             "-h" | "--help" => o.help = true,
             f if f.starts_with('-') => return Err(format!("plugin: unknown option {a:?}\n{USAGE}")),
             _ => o.names.push(a.clone()),
@@ -411,7 +415,7 @@ fn build(opts: &Opts) -> Result<(), String> {
     let warden = warden(opts)?;
     let mut built = Vec::new();
     for name in &names {
-        built.push((name, compile(&layout, name, &warden, opts.offline)?));
+        built.push((name, compile(&layout, name, &warden, opts)?));
     }
     let mut failed = Vec::new();
     for (name, wasm) in built {
@@ -444,15 +448,19 @@ fn build(opts: &Opts) -> Result<(), String> {
 
 /// Builds plugin `name` of `layout` inside warden's walls (see [`confine`]) and
 /// copies the component to `layout.wasm(name)`.
-fn compile(layout: &Layout, name: &str, warden: &Path, offline: bool) -> Result<PathBuf, String> {
-    let artifact = confine::run(layout, name, warden, offline, false)?;
+fn compile(layout: &Layout, name: &str, warden: &Path, opts: &Opts) -> Result<PathBuf, String> {
+    let how = confine::How { offline: opts.offline, clean: opts.clean, fetch_only: false };
+    let artifact = confine::run(layout, name, warden, how)?;
     let dest = layout.wasm(name);
-    std::fs::create_dir_all(&layout.out_dir)
-        .map_err(|e| format!("plugin build: cannot create {}: {e}", layout.out_dir.display()))?;
+    // The output directory may lie in the plugin's checkout: through real directories only, and the
+    // copy goes to a new file (a link left at either name is replaced, never written through).
+    confine::real_dir(&layout.out_dir)?;
     let partial = layout.out_dir.join(format!(".{name}.wasm.partial"));
-    std::fs::copy(&artifact, &partial)
-        .and_then(|_| std::fs::rename(&partial, &dest))
-        .map_err(|e| format!("plugin build: cannot copy {} to {}: {e}", artifact.display(), dest.display()))?;
+    let bytes =
+        std::fs::read(&artifact).map_err(|e| format!("plugin build: cannot read {}: {e}", artifact.display()))?;
+    confine::write_new(&partial, &bytes)?;
+    std::fs::rename(&partial, &dest)
+        .map_err(|e| format!("plugin build: cannot move {} to {}: {e}", partial.display(), dest.display()))?;
     Ok(dest)
 }
 
@@ -502,7 +510,7 @@ fn fetch(opts: &Opts) -> Result<(), String> {
     let layout = Layout::new(opts)?;
     let warden = warden(opts)?;
     for name in &opts.names {
-        let home = confine::run(&layout, name, &warden, false, true)?;
+        let home = confine::run(&layout, name, &warden, confine::How { fetch_only: true, ..Default::default() })?;
         eprintln!("fetched the dependencies of {name} into {}", home.display());
     }
     Ok(())
@@ -528,7 +536,7 @@ fn check(opts: &Opts) -> Result<(), String> {
         (stem, given.to_path_buf())
     } else {
         let layout = Layout::new(opts)?;
-        (arg.clone(), compile(&layout, arg, &warden, opts.offline)?)
+        (arg.clone(), compile(&layout, arg, &warden, opts)?)
     };
     let doc = inspect(&warden, &wasm)?;
     print!("{}", report(&name, &doc));

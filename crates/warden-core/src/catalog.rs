@@ -318,6 +318,10 @@ impl Found<'_> {
             }
             Runner::Command(command) => {
                 let plugin = load(&command.plugin)?;
+                if policy.plugins.get(&command.plugin).is_some_and(|p| p.source.is_third_party()) {
+                    let signer = plugin.signer.as_ref().map(|s| s.fingerprint.as_str());
+                    self.pins.check_provenance(&command.plugin, &plugin.sha256, signer).map_err(refused)?;
+                }
                 let description = format!("Run the {} command component", command.plugin);
                 (Some(plugin), description, command.schema().to_string(), "its policy entry".to_string())
             }

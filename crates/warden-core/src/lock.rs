@@ -338,11 +338,20 @@ impl Pins {
 
 impl Pins {
     /// Whether plugin `name`'s component (its sha256 and accepted signer) is the
-    /// one the lock accepted; a lock without its provenance (an older lock, or
-    /// none) does not judge it.
+    /// one the lock accepted; a lock without any provenance (an older lock, or
+    /// none) does not judge it, and one that keeps provenance refuses a plugin
+    /// it does not list.
     pub fn check_provenance(&self, name: &str, sha256: &str, signer: Option<&str>) -> Result<(), String> {
         let Pins::Loaded(path, lock) = self else { return Ok(()) };
-        let Some(p) = lock.provenance_of(name) else { return Ok(()) };
+        let Some(p) = lock.provenance_of(name) else {
+            if lock.provenance.values().all(BTreeMap::is_empty) {
+                return Ok(());
+            }
+            return Err(format!(
+                "plugin {name}'s component is not in {}: review it, then `warden lock`",
+                path.display()
+            ));
+        };
         let was = |s: Option<&str>| s.unwrap_or("nobody (unsigned)").to_string();
         if p.sha256 != sha256 {
             return Err(format!(
@@ -416,6 +425,9 @@ mod tests {
         let e = pins.check_provenance("hello", "aa", Some("SHA256:y")).err().unwrap_or_default();
         assert!(e.contains("SHA256:y") && e.contains("SHA256:x"), "{e}");
         assert!(pins.check_provenance("hello", "aa", None).is_err());
+        // A lock that keeps provenance judges a plugin it does not list.
+        let e = pins.check_provenance("other", "aa", None).err().unwrap_or_default();
+        assert!(e.contains("not in warden.lock") && e.contains("warden lock"), "{e}");
         let mut moved = back.clone();
         moved.insert_provenance("hello", Provenance { sha256: "bb".into(), ..p });
         assert!(!back.same_pins(&moved));

@@ -264,6 +264,17 @@ fn toolchain(name: &str, channel: &str) -> Result<PathBuf, String> {
     Ok(sysroot)
 }
 
+/// What a confined run does.
+#[derive(Clone, Copy, Default)]
+pub(super) struct How {
+    /// Skip the fetch (after `plugin fetch`).
+    pub offline: bool,
+    /// Fetch only.
+    pub fetch_only: bool,
+    /// Empty the plugin's target directory first: nothing an earlier build's code left there is reused.
+    pub clean: bool,
+}
+
 /// Where one plugin's confined build keeps its state, under the build root.
 struct Dirs {
     /// The `CARGO_HOME` the fetch step fills (shared by the plugins of this root; only cargo writes it).
@@ -274,22 +285,75 @@ struct Dirs {
     gen_dir: PathBuf,
 }
 
-fn dirs(layout: &Layout, name: &str) -> Result<Dirs, String> {
+fn dirs(layout: &Layout, plan: &Plan, name: &str, clean: bool) -> Result<Dirs, String> {
     let root = &layout.target_dir;
-    // Plugins get targets/NAME: no plugin name can make its target directory the shared cargo home.
+    // targets/NAME-KEY: no plugin name can make its target directory the shared cargo home, and two
+    // plugins of one name from different places (a shared CARGO_TARGET_DIR) never share one.
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        plan.crate_dir.hash(&mut h);
+        format!("{:016x}", h.finish())
+    };
     let d = Dirs {
         cargo_home: root.join("cargo-home"),
-        target: root.join("targets").join(name),
+        target: root.join("targets").join(format!("{name}-{key}")),
         gen_dir: root.join(".warden"),
     };
+    if clean && d.target.exists() {
+        real_dir(&d.target)?;
+        std::fs::remove_dir_all(&d.target)
+            .map_err(|e| format!("plugin build: cannot empty {}: {e}", d.target.display()))?;
+    }
     for dir in [&d.cargo_home, &d.target, &d.gen_dir] {
-        std::fs::create_dir_all(dir).map_err(|e| format!("plugin build: cannot create {}: {e}", dir.display()))?;
-        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !meta.is_dir() {
-            return Err(format!("plugin build: {} is not a directory (a link?); remove it", dir.display()));
+        real_dir(dir)?;
+    }
+    Ok(d)
+}
+
+/// Creates `dir` (absolute, from a canonical base) and checks that no part of
+/// it is a symbolic link: the build root and the output directory may lie in
+/// the plugin's own checkout (`DIR/target/`), where its author could have
+/// committed a link that would turn a host-side write (the generated policy,
+/// the audit log, the copied component, the build's write grant) elsewhere.
+pub(super) fn real_dir(dir: &Path) -> Result<(), String> {
+    let mut at = PathBuf::new();
+    for part in dir.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) => {
+                let what = if m.file_type().is_symlink() { "a symbolic link" } else { "not a directory" };
+                return Err(format!(
+                    "plugin build: {} is {what}; the build writes only through real directories: remove it (a \
+                     plugin's checkout must not ship one under target/), or pass --target-dir",
+                    at.display()
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&at).map_err(|e| format!("plugin build: cannot create {}: {e}", at.display()))?
+            }
+            Err(e) => return Err(format!("plugin build: {}: {e}", at.display())),
         }
     }
-    Ok(Dirs { cargo_home: canonical(&d.cargo_home), target: canonical(&d.target), gen_dir: canonical(&d.gen_dir) })
+    Ok(())
+}
+
+/// Writes `text` to `path` as a new file: whatever was there (a link, say) is
+/// removed first, never written through.
+pub(super) fn write_new(path: &Path, text: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("plugin build: cannot replace {}: {e}", path.display())),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text))
+        .map_err(|e| format!("plugin build: cannot write {}: {e}", path.display()))
 }
 
 /// The policy of the two steps, every path absolute.
@@ -348,15 +412,10 @@ fn registry_is_private() -> bool {
 
 /// Fetches the plugin's dependencies (step 2) and, unless `fetch_only`,
 /// builds it (step 3); returns the component's path in its target directory.
-pub(super) fn run(
-    layout: &Layout,
-    name: &str,
-    warden: &Path,
-    offline: bool,
-    fetch_only: bool,
-) -> Result<PathBuf, String> {
+pub(super) fn run(layout: &Layout, name: &str, warden: &Path, how: How) -> Result<PathBuf, String> {
+    let How { offline, fetch_only, clean } = how;
     let plan = preflight(layout, name)?;
-    let dirs = dirs(layout, name)?;
+    let dirs = dirs(layout, &plan, name, clean)?;
     // Every machine-specific path the output could embed (panic locations, file!()), mapped to a
     // fixed one. rustc applies the last matching mapping, so the most specific come last.
     let mut remaps: Vec<(PathBuf, &str)> = vec![
@@ -376,15 +435,17 @@ pub(super) fn run(
         );
     }
     let policy_file = dirs.gen_dir.join(format!("{name}.toml"));
-    std::fs::write(&policy_file, policy(&plan, &dirs, &flags.join("\x1f"), allow_private))
-        .map_err(|e| format!("plugin build: cannot write {}: {e}", policy_file.display()))?;
+    write_new(&policy_file, policy(&plan, &dirs, &flags.join("\x1f"), allow_private).as_bytes())?;
+    // A fresh log per run, never one a checkout shipped (warden appends to the file it finds).
+    let audit_log = dirs.gen_dir.join(format!("{name}.audit.jsonl"));
+    write_new(&audit_log, b"")?;
     let cargo = plan.sysroot.join("bin/cargo");
     let step = |tool: &str, args: &[&str]| {
         let mut cmd = Command::new(warden);
         cmd.arg("--policy")
             .arg(&policy_file)
             .arg("--audit-log")
-            .arg(dirs.gen_dir.join(format!("{name}.audit.jsonl")))
+            .arg(&audit_log)
             .arg("--workspace")
             .arg(&dirs.target)
             .args(["run", "--tool", tool, "--"])

@@ -52,7 +52,9 @@ pub(super) fn plugin_signers(
             c.problem(
                 sig.span(),
                 format!(
-                    "plugin {name}: `signature` applies to file sources; an OCI component's signature is its                      manifest's dev.warden.signature.sshsig annotation (`warden plugin push --signature` sets it):                      remove signature from [plugins.{name}]"
+                    "plugin {name}: `signature` applies to file sources; an OCI component's signature is its \
+                     manifest's dev.warden.signature.sshsig annotation (`warden plugin push --signature` sets it): \
+                     remove signature from [plugins.{name}]"
                 ),
             );
             None

@@ -7,7 +7,6 @@
 //! Nothing the registry says is trusted beyond the transport: the caller
 //! hashes every body it keeps.
 
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -27,6 +26,8 @@ const MAX_SMALL_BODY: u64 = 1 << 20;
 pub(crate) const USERNAME_VAR: &str = "WARDEN_OCI_USERNAME";
 /// See [`USERNAME_VAR`].
 pub(crate) const PASSWORD_VAR: &str = "WARDEN_OCI_PASSWORD";
+/// The registries (and token services) the credentials may be sent to: `HOST[:PORT],…`.
+pub(crate) const REGISTRY_VAR: &str = "WARDEN_OCI_REGISTRY";
 
 /// A response: status, headers and the body read up to its cap.
 pub(crate) struct Reply {
@@ -144,14 +145,22 @@ impl Registry {
     /// The `Authorization` value that answers `challenge`: a bearer token from
     /// its realm (anonymous, or with the configured credentials), or basic.
     async fn answer(&self, challenge: &str) -> Result<String, String> {
-        let basic = credentials()
-            .map(|(u, p)| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))));
+        let basic = |authority: &str| {
+            credentials(authority).map(|c| {
+                c.map(|(u, p)| {
+                    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
+                })
+            })
+        };
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
             "bearer" => {}
             "basic" => {
-                return basic.ok_or_else(|| {
-                    format!("{} asks for credentials: set {USERNAME_VAR} and {PASSWORD_VAR}", self.authority)
+                return basic(&self.authority)?.ok_or_else(|| {
+                    format!(
+                        "{} asks for credentials: set {USERNAME_VAR} and {PASSWORD_VAR}, and name it in {REGISTRY_VAR}",
+                        self.authority
+                    )
                 });
             }
             _ => {
@@ -180,11 +189,15 @@ impl Registry {
         let sep = if realm.contains('?') { '&' } else { '?' };
         let url = if query.is_empty() { realm.to_string() } else { format!("{realm}{sep}{}", query.join("&")) };
         let uri = url.parse::<Uri>().map_err(|e| format!("token URL {url:?}: {e}"))?;
-        let headers: Vec<(&str, String)> = basic.into_iter().map(|b| ("authorization", b)).collect();
+        // The credentials go to the token service only when it is one they are for; otherwise anonymous.
+        let realm_authority = realm_uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+        let headers: Vec<(&str, String)> =
+            basic(&realm_authority).ok().flatten().into_iter().map(|b| ("authorization", b)).collect();
         let reply = exchange(Method::GET, &uri, &headers, Bytes::new(), MAX_SMALL_BODY).await?;
         if !reply.status.is_success() {
             return Err(format!(
-                "the token service {realm} answered HTTP {}: {}; check {USERNAME_VAR} and {PASSWORD_VAR}",
+                "the token service {realm} answered HTTP {}: {}; check {USERNAME_VAR} and {PASSWORD_VAR}, and that \
+                 {REGISTRY_VAR} names {realm_authority} (credentials go nowhere else)",
                 reply.status.as_u16(),
                 reply.excerpt()
             ));
@@ -197,11 +210,22 @@ impl Registry {
     }
 }
 
-/// `WARDEN_OCI_USERNAME` and `WARDEN_OCI_PASSWORD`, when both are set.
-fn credentials() -> Option<(String, String)> {
-    let user = std::env::var(USERNAME_VAR).ok().filter(|u| !u.is_empty())?;
-    let pass = std::env::var(PASSWORD_VAR).ok()?;
-    Some((user, pass))
+/// `WARDEN_OCI_USERNAME` and `WARDEN_OCI_PASSWORD`, when both are set and
+/// `authority` (a registry, or its token service) is one that
+/// `WARDEN_OCI_REGISTRY` names: credentials meant for one registry never go to
+/// another that a policy names or a registry points at.
+fn credentials(authority: &str) -> Result<Option<(String, String)>, String> {
+    let Some(user) = std::env::var(USERNAME_VAR).ok().filter(|u| !u.is_empty()) else { return Ok(None) };
+    let Ok(pass) = std::env::var(PASSWORD_VAR) else { return Ok(None) };
+    let hosts = std::env::var(REGISTRY_VAR).unwrap_or_default();
+    if hosts.split(',').map(str::trim).any(|h| !h.is_empty() && h.eq_ignore_ascii_case(authority)) {
+        return Ok(Some((user, pass)));
+    }
+    Err(format!(
+        "{authority} asks for credentials, and {USERNAME_VAR} is set, but {REGISTRY_VAR} does not name \
+         {authority}: add it ({REGISTRY_VAR}=HOST[:PORT],… lists the registries, and their token services, your \
+         credentials are for) only if they are meant for it"
+    ))
 }
 
 /// `Bearer realm="…",service="…",scope="…"` → ("Bearer", [(realm, …), …]); quoted values may hold commas.
@@ -249,20 +273,6 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The TLS client configuration: WebPKI roots, ring.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
-                .map_err(|e| format!("TLS configuration: {e}"))
-        })
-        .clone()
-}
-
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
@@ -277,7 +287,17 @@ async fn connect(uri: &Uri) -> Result<Box<dyn Stream>, String> {
         other => return Err(format!("{uri}: unsupported scheme {other:?}")),
     };
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((bare.as_str(), port)))
+    // Plain http only to this machine: `localhost` must resolve to loopback addresses and nothing else.
+    let addrs: Vec<std::net::SocketAddr> =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
+            .await
+            .map_err(|_| format!("{uri}: resolving {bare} took longer than {} s", CONNECT_TIMEOUT.as_secs()))?
+            .map_err(|e| format!("{uri}: cannot resolve {bare}: {e}"))?
+            .collect();
+    if !tls && addrs.iter().any(|a| !a.ip().is_loopback()) {
+        return Err(format!("{uri}: {bare} resolves to an address that is not loopback; plain http is refused"));
+    }
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..]))
         .await
         .map_err(|_| format!("{host}:{port}: no connection within {}s", CONNECT_TIMEOUT.as_secs()))?
         .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
@@ -288,7 +308,7 @@ async fn connect(uri: &Uri) -> Result<Box<dyn Stream>, String> {
         Ok(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
         Err(_) => rustls::pki_types::ServerName::try_from(bare.clone()).map_err(|e| format!("{host}: {e}"))?,
     };
-    let connector = tokio_rustls::TlsConnector::from(tls_config()?);
+    let connector = tokio_rustls::TlsConnector::from(crate::wasm::net::webpki_client()?);
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(name, tcp))
         .await
         .map_err(|_| format!("{host}:{port}: no TLS handshake within {}s", CONNECT_TIMEOUT.as_secs()))?

@@ -30,6 +30,8 @@ pub const MAX_MANIFEST: u64 = 4 << 20;
 pub const MAX_COMPONENT: u64 = crate::wasm::MAX_COMPONENT_FILE;
 /// The largest signature annotation warden reads.
 pub const MAX_SIGNATURE: usize = 16 << 10;
+/// One fetch, whole: every request, redirect, token exchange and retry (each request also has its own 30 s).
+pub const FETCH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 /// The manifest annotation that carries the component's armored sshsig signature(s).
 pub const SIGNATURE_ANNOTATION: &str = "dev.warden.signature.sshsig";
 
@@ -102,7 +104,16 @@ fn block_on<T: Send>(f: impl Future<Output = T> + Send) -> Result<T, String> {
 /// entries live in `{cache}/oci/`.
 pub fn fetch(r: &OciRef, cache: Option<&Path>) -> Result<Fetched, FetchError> {
     let store = cache.and_then(store::Store::open);
-    block_on(fetch_async(r, store.as_ref())).map_err(FetchError::unusable)?
+    let whole = async {
+        tokio::time::timeout(FETCH_DEADLINE, fetch_async(r, store.as_ref())).await.unwrap_or_else(|_| {
+            Err(FetchError::unusable(format!(
+                "the registry did not deliver the component within {} s (every request, redirect and token \
+                 included); try again, or pre-fetch it with `warden plugin pull`",
+                FETCH_DEADLINE.as_secs()
+            )))
+        })
+    };
+    block_on(whole).map_err(FetchError::unusable)?
 }
 
 async fn fetch_async(r: &OciRef, store: Option<&store::Store>) -> Result<Fetched, FetchError> {

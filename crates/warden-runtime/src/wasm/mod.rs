@@ -10,7 +10,7 @@
 pub(crate) mod cache;
 mod guard;
 mod invoke;
-mod net;
+pub(crate) mod net;
 mod pipe;
 mod rich;
 mod threads;
@@ -86,6 +86,8 @@ use crate::builtin::{
 
 /// A plugin's component bytes, their sha256 and its OCI signature annotation.
 type SourceBytes = (std::borrow::Cow<'static, [u8]>, String, Option<String>);
+/// A component's bytes after its pin and signature checks, their sha256, the accepted signer.
+type CheckedBytes = (std::borrow::Cow<'static, [u8]>, String, Option<crate::signature::Verified>);
 
 /// A loaded plugin: its hash, what it offers, and a ready-to-instantiate component.
 pub struct LoadedPlugin {
@@ -385,26 +387,7 @@ impl ComponentRuntime {
             return Ok(p.clone());
         }
         let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
-        // `oci_signature`: the OCI manifest's signature annotation, for the signature check before compiling.
-        let (bytes, sha256, oci_signature) = self.source_bytes(spec)?;
-        if let Some(pinned) = &spec.sha256
-            && *pinned != sha256
-        {
-            return Err(fail(
-                ErrorCode::Denied,
-                format!(
-                    "sha256 mismatch: the policy pins {pinned} but the file has {sha256}; \
-                         the plugin is not loaded (update sha256 only if you trust the new file)"
-                ),
-            ));
-        }
-        // Nothing compiles a component before its signature passes; an OCI component's comes
-        // from its manifest's annotation, a file's from its signature file.
-        let text = match oci_signature {
-            Some(text) => Some(text),
-            None => crate::signature::signature_text(spec).map_err(|(code, msg)| fail(code, msg))?,
-        };
-        let signer = crate::signature::check(spec, &bytes, text.as_deref()).map_err(|(code, msg)| fail(code, msg))?;
+        let (bytes, sha256, signer) = self.checked_bytes(spec)?;
         let source = crate::signature::source_label(&spec.source);
         let rt = self.started()?;
         let component = rt
@@ -481,11 +464,38 @@ impl ComponentRuntime {
     }
 
     /// The interfaces `spec`'s component imports, read from wherever its source
-    /// keeps it (a file, a registry, warden itself) with the checks of [`Self::load`]'s
-    /// first step; nothing is instantiated.
+    /// keeps it (a file, a registry, warden itself) with the checks of
+    /// [`Self::load`] up to its signature; nothing is instantiated.
     pub fn plugin_imports(&self, spec: &PluginSpec) -> Result<Vec<String>, CallError> {
-        let (bytes, _, _) = self.source_bytes(spec)?;
+        let (bytes, _, _) = self.checked_bytes(spec)?;
         self.imports(&bytes)
+    }
+
+    /// `spec`'s component bytes as far as they are checked before anything
+    /// compiles them: read from their source, held to the policy's sha256 pin,
+    /// then to its `signers` (an OCI component's signature comes from its
+    /// manifest's annotation, a file's from its signature file); with their
+    /// sha256 and the accepted signer.
+    fn checked_bytes(&self, spec: &PluginSpec) -> Result<CheckedBytes, CallError> {
+        let fail = |code, msg: String| CallError::new(code, format!("plugin {} ({}): {msg}", spec.name, spec.location));
+        let (bytes, sha256, oci_signature) = self.source_bytes(spec)?;
+        if let Some(pinned) = &spec.sha256
+            && *pinned != sha256
+        {
+            return Err(fail(
+                ErrorCode::Denied,
+                format!(
+                    "sha256 mismatch: the policy pins {pinned} but the component has {sha256}; the plugin is not \
+                     loaded (update sha256 only if you trust the new component)"
+                ),
+            ));
+        }
+        let text = match oci_signature {
+            Some(text) => Some(text),
+            None => crate::signature::signature_text(spec).map_err(|(code, msg)| fail(code, msg))?,
+        };
+        let signer = crate::signature::check(spec, &bytes, text.as_deref()).map_err(|(code, msg)| fail(code, msg))?;
+        Ok((bytes, sha256, signer))
     }
 
     /// A plugin's component bytes, their sha256 and, from an OCI manifest, its

@@ -317,8 +317,14 @@ impl WasiHttpHooks for Net {
     }
 }
 
-/// The rustls configuration: WebPKI roots, ring, TLS 1.2 and 1.3.
+/// [`webpki_client`], as a component's HTTP error.
 fn tls_config() -> Result<Arc<rustls::ClientConfig>, HttpError> {
+    webpki_client().map_err(|e| HttpError::InternalError(Some(e)))
+}
+
+/// The one TLS client configuration warden's own clients use (a component's
+/// outgoing HTTP, the OCI registry client): WebPKI roots, ring, TLS 1.2 and 1.3.
+pub(crate) fn webpki_client() -> Result<Arc<rustls::ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
@@ -326,10 +332,9 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, HttpError> {
             rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
                 .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
-                .map_err(|e| e.to_string())
+                .map_err(|e| format!("TLS configuration: {e}"))
         })
         .clone()
-        .map_err(|e| HttpError::InternalError(Some(format!("TLS configuration: {e}"))))
 }
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
