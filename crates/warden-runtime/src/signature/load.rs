@@ -60,11 +60,16 @@ pub fn check(spec: &PluginSpec, bytes: &[u8], text: Option<&str>) -> Result<Opti
     let name = &spec.name;
     let place = place(spec);
     let Some(text) = text else {
+        let how = if matches!(spec.source, PluginSource::Oci(_)) {
+            "sign it with `cargo xtask plugin sign` and push it with its signature (`cargo xtask plugin push`, or \
+             `warden plugin push --signature`)"
+        } else {
+            "sign it with `cargo xtask plugin sign`"
+        };
         return Err((
             REFUSED,
             format!(
-                "no signature: {place} is missing; sign it with `cargo xtask plugin sign`, or remove signers \
-                 from [plugins.{name}] to accept it unsigned"
+                "no signature: {place} is missing; {how}, or remove signers from [plugins.{name}] to accept it unsigned"
             ),
         ));
     };
