@@ -315,27 +315,8 @@ fn audit_flags_network_imports_no_tool_of_the_plugin_is_granted() {
     assert_eq!(wl122(&doc), None, "{doc}");
 }
 
-/// `cargo xtask plugin ARGS` from the repository, as an author runs it; the
-/// warden this test was built with checks the signature.
 fn xtask(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--locked", "-q", "-p", "xtask", "--", "plugin"])
-        .args(args)
-        .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-plugin"))
-        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    eprintln!(
-        "$ cargo xtask plugin {}\n[exit {:?}]\n[stdout]\n{}\n[stderr]\n{}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    util::xtask_plugin(args)
 }
 
 #[test]

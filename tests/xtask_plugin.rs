@@ -15,33 +15,11 @@ use std::process::{Command, Output, Stdio};
 
 use sha2::Digest;
 
-/// Where the nested cargo builds go (xtask itself, and the shared plugin
-/// target): not the outer build's target directory, so they never wait on its lock.
-fn nested_target() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-plugin")
-}
+mod util;
 
-/// `cargo xtask plugin ARGS`, run from the repository as a user would.
+/// `cargo xtask plugin ARGS` (its nested cargo builds go to `target/tmp/xtask-plugin`).
 fn xtask(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--locked", "-q", "-p", "xtask", "--", "plugin"])
-        .args(args)
-        .env("CARGO_TARGET_DIR", nested_target())
-        // The warden this test was built with inspects the plugins (no second build of warden).
-        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    eprintln!(
-        "$ cargo xtask plugin {}\n[exit {:?}]\n[stdout]\n{}\n[stderr]\n{}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    util::xtask_plugin(args)
 }
 
 fn text(b: &[u8]) -> String {

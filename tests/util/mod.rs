@@ -291,3 +291,28 @@ pub(crate) fn run_for(mut c: Command, stdin: Option<&[u8]>, limit: Duration, sta
     let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
     Run { code: status.code().unwrap_or(-1), stdout, stderr, hung }
 }
+
+/// `cargo xtask plugin ARGS`, run from the repository as a user would: its
+/// cargo builds go to `target/tmp/xtask-plugin` (never the outer build's target
+/// directory, so they never wait on its lock), and the warden this test was
+/// built with inspects the plugins (no second build of warden).
+pub(crate) fn xtask_plugin(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--locked", "-q", "-p", "xtask", "--", "plugin"])
+        .args(args)
+        .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("xtask-plugin"))
+        .env("WARDEN_BIN", env!("CARGO_BIN_EXE_warden"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    eprintln!(
+        "$ cargo xtask plugin {}\n[exit {:?}]\n[stdout]\n{}\n[stderr]\n{}",
+        args.join(" "),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
