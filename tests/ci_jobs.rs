@@ -192,6 +192,35 @@ fn unix_sockets_work_between_the_processes_of_one_call() {
     assert_eq!(record["sandbox"]["view"], "grants", "{record}");
 }
 
+/// A working directory spelled through a symbolic link to a granted
+/// directory (a toolchain's `1.95.0 -> stable` link, say): the call's root is
+/// still built from the grants, and the program runs there.
+#[test]
+fn a_working_directory_spelled_through_a_link_still_gets_the_grant_view() {
+    let env = ci_env();
+    let real = env.outside.join("real-dir");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = env.outside.join("link-dir");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    env.write(
+        "linked.toml",
+        &format!(
+            "version = 1\n\n[tools.run]\ntier = \"auto\"\ncwd = \"{}\"\nfs.read = [\"{{system}}\", \"{}\"]\n\
+             fs.write = [\"{{tmp}}\"]\n",
+            link.display(),
+            real.display()
+        ),
+    );
+    let r = env.run_with_stdin(&["--policy", "linked.toml", "run", "--", "sh", "-c", "pwd -P"], None);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.stdout.trim(), real.display().to_string(), "{r:?}");
+    if namespaces(&env) {
+        let records = env.audit_records();
+        let record = records.iter().rev().find(|r| r["tool"] == "run").expect("a record");
+        assert_eq!(record["sandbox"]["view"], "grants", "{record}");
+    }
+}
+
 /// Whether calls get namespaces here (the last record says).
 fn namespaces(env: &Env) -> bool {
     let records = env.audit_records();
