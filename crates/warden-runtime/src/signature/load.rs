@@ -4,8 +4,6 @@
 //! [`check`] takes the text whatever its origin, so a source that carries its
 //! signature elsewhere (a registry's manifest) passes it in the same way.
 
-use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use super::{MAX_SIGNATURE_TEXT, REFUSED, Verified, place, verify};
@@ -16,20 +14,21 @@ use crate::policy::{PluginSource, PluginSpec};
 /// UTF-8, read from one non-blocking descriptor (it may sit where a tool can
 /// write: a FIFO must not hang warden); `None` when it does not exist.
 pub fn read_signature_file(path: &Path) -> Result<Option<String>, (ErrorCode, String)> {
-    let cannot = |e: std::io::Error| (REFUSED, format!("cannot read the signature {}: {e}", path.display()));
-    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(cannot(e)),
+    use crate::paths::ReadFail;
+    let bytes = match crate::paths::read_regular(path, MAX_SIGNATURE_TEXT as u64) {
+        Ok(bytes) => bytes,
+        Err(ReadFail::Missing(_)) => return Ok(None),
+        Err(ReadFail::Io(e)) => return Err((REFUSED, format!("cannot read the signature {}: {e}", path.display()))),
+        Err(ReadFail::NotRegular) => {
+            return Err((REFUSED, format!("the signature {} is not a regular file", path.display())));
+        }
+        Err(ReadFail::TooLarge) => {
+            return Err((
+                REFUSED,
+                format!("the signature {} is larger than {MAX_SIGNATURE_TEXT} bytes", path.display()),
+            ));
+        }
     };
-    if !file.metadata().map_err(cannot)?.is_file() {
-        return Err((REFUSED, format!("the signature {} is not a regular file", path.display())));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_SIGNATURE_TEXT as u64 + 1).read_to_end(&mut bytes).map_err(cannot)?;
-    if bytes.len() > MAX_SIGNATURE_TEXT {
-        return Err((REFUSED, format!("the signature {} is larger than {MAX_SIGNATURE_TEXT} bytes", path.display())));
-    }
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| (REFUSED, format!("the signature {} is not text (an armored SSH signature)", path.display())))

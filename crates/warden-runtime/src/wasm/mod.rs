@@ -751,28 +751,14 @@ impl ComponentRuntime {
 /// to `/dev/zero` exhaust its memory (refused; and the read stops at the bound
 /// whatever the size says). The sha256 pin then judges the content.
 fn read_component_file(path: &Path) -> Result<Vec<u8>, (ErrorCode, String)> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
-    let meta = file.metadata().map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
-    if !meta.is_file() {
-        return Err((ErrorCode::NotFound, format!("{} is not a regular file", path.display())));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_COMPONENT_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())))?;
-    if bytes.len() as u64 > MAX_COMPONENT_FILE {
-        return Err((
-            ErrorCode::LimitExceeded,
-            format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()),
-        ));
-    }
-    Ok(bytes)
+    use crate::paths::ReadFail;
+    crate::paths::read_regular(path, MAX_COMPONENT_FILE).map_err(|e| match e {
+        ReadFail::Missing(e) | ReadFail::Io(e) => (ErrorCode::NotFound, format!("cannot read {}: {e}", path.display())),
+        ReadFail::NotRegular => (ErrorCode::NotFound, format!("{} is not a regular file", path.display())),
+        ReadFail::TooLarge => {
+            (ErrorCode::LimitExceeded, format!("{} is larger than {MAX_COMPONENT_FILE} bytes", path.display()))
+        }
+    })
 }
 
 /// A granted directory opened without following any symbolic link (its path is
