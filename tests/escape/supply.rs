@@ -7,7 +7,7 @@
 //! it: each piece of its code tries to write outside its target directory (a
 //! directory outside every grant, the plugin's own sources, a home directory),
 //! to read a secret file and a secret variable of xtask's environment, and to
-//! reach the network (a listener on the host's loopback, and the egress proxy
+//! reach the network (a listener on the host's loopback, a host unix socket, and the egress proxy
 //! toward a public host); it writes what it saw into its target directory,
 //! where the host reads it. Its `.cargo/config.toml` (and one in the directory
 //! above) and xtask's own environment name a compiler wrapper, a linker and a
@@ -112,7 +112,7 @@ struct Outcome {
     tc_marker: PathBuf,
     /// The two `.cargo/config.toml` files.
     configs: [PathBuf; 2],
-    /// Connections the host listener accepted.
+    /// Connections the host listeners (TCP on loopback, a unix socket) accepted.
     connections: usize,
 }
 
@@ -135,6 +135,8 @@ fn attack(id: &str) {
     r += &format!("cfg evil: {}\n", cfg!(evil));
     let hit = std::net::TcpStream::connect(LISTENER).map(|_| ()).map_err(|e| e.to_string());
     r += &format!("connect listener: {hit:?}\n");
+    let hit = std::os::unix::net::UnixStream::connect(AGENT).map(|_| ()).map_err(|e| e.to_string());
+    r += &format!("connect unix: {hit:?}\n");
     let proxy = std::env::var("HTTPS_PROXY").unwrap_or_default();
     let reply = match proxy.strip_prefix("http://") {
         Some(addr) => std::net::TcpStream::connect(addr.trim_end_matches('/'))
@@ -174,13 +176,14 @@ fn script(path: &Path, marker: &Path) {
 
 /// Writes the plugins directory: `evil` (three pieces, a cargo config) and
 /// `evil-tc` (a toolchain path).
-fn fixture(s: &Scene, dir: &Path, plant_dirs: &[PathBuf], listener: u16) -> [PathBuf; 2] {
+fn fixture(s: &Scene, dir: &Path, plant_dirs: &[PathBuf], listener: u16, agent: &Path) -> [PathBuf; 2] {
     let evil = dir.join("evil");
     let consts = format!(
         "const PLANT: &[&str] = &[{}];\nconst SECRET: &str = {:?};\nconst LISTENER: &str = \"127.0.0.1:{listener}\";\n\
-         {ATTACK}",
+         const AGENT: &str = {:?};\n{ATTACK}",
         plant_dirs.iter().map(|d| format!("{:?}", d.display().to_string())).collect::<Vec<_>>().join(", "),
         s.secret_file.display().to_string(),
+        agent.display().to_string(),
     );
     write(
         &evil.join("Cargo.toml"),
@@ -314,8 +317,13 @@ fn attempt(s: &Scene) -> Outcome {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     // Each build reports under its own build root, inside its write grant.
-    let configs = fixture(s, &dirs[0], &plant_dirs, port);
-    fixture(s, &dirs[1], &plant_dirs, port);
+    // A host unix socket, as an ssh-agent or a container daemon would offer one.
+    let agent = s.outside.join("supply/agent.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&agent).unwrap();
+    set_mode(&agent, 0o777);
+    unix.set_nonblocking(true).unwrap();
+    let configs = fixture(s, &dirs[0], &plant_dirs, port, &agent);
+    fixture(s, &dirs[1], &plant_dirs, port, &agent);
     script(&s.outside.join("supply/wrap-config.sh"), &config_marker);
     script(&s.outside.join("supply/wrap-env.sh"), &env_marker);
     for program in ["cargo", "rustc"] {
@@ -346,6 +354,10 @@ fn attempt(s: &Scene) -> Outcome {
         std::thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
                 if let Ok((mut c, _)) = listener.accept() {
+                    ACCEPTED.fetch_add(1, Ordering::SeqCst);
+                    let _ = c.read(&mut [0u8; 16]);
+                }
+                if let Ok((mut c, _)) = unix.accept() {
                     ACCEPTED.fetch_add(1, Ordering::SeqCst);
                     let _ = c.read(&mut [0u8; 16]);
                 }
@@ -407,16 +419,18 @@ fn judge_report(s: &Scene, o: &Outcome, report: &Path, piece: &str) -> (bool, St
         && refused("env config")
         && line("cfg evil") == "cfg evil: false"
         && refused("connect listener")
+        && refused("connect unix")
         && (line("proxy connect").contains("403") || refused("proxy connect"))
         && o.connections == 0
         && !s.leaks(&text);
     let writes: Vec<&str> = text.lines().filter(|l| l.starts_with("write ")).collect();
     let summary = format!(
-        "{piece}: planted {planted:?}; {}; {}; {}; {}; {}; host listener saw {} connection(s)",
+        "{piece}: planted {planted:?}; {}; {}; {}; {}; {}; {}; host listeners saw {} connection(s)",
         writes.join("; "),
         line("read secret"),
         line("env secret"),
         line("connect listener"),
+        line("connect unix"),
         line("proxy connect"),
         o.connections
     );
