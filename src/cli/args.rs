@@ -133,6 +133,21 @@ pub enum Command {
         #[arg(long, value_name = "TOOL", conflicts_with = "check")]
         show: Option<String>,
     },
+    /// A local web page that shows, live, every warden process on this audit
+    /// log: calls, denials and egress, pending approvals (answer them there),
+    /// background jobs, definition changes awaiting `warden lock`, and a search
+    /// over the log. Prints its address (with a one-time token in the URL's
+    /// fragment) on stderr. See docs/console.md.
+    Console {
+        /// Listen here [default: 127.0.0.1:0, a free loopback port]. Only an
+        /// explicit address may be a non-loopback one.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// A name the page may be reached by besides 127.0.0.1, localhost and
+        /// [::1] (the `Host` header: NAME or NAME:PORT); repeatable.
+        #[arg(long, value_name = "NAME")]
+        allow_host: Vec<String>,
+    },
     /// Plugin commands.
     #[command(subcommand)]
     Plugin(PluginCommand),

@@ -16,10 +16,35 @@ use crate::error::ErrorCode;
 
 /// Every definition, by the line `changes` names it with: its owner, the name
 /// the catalog offers, the definition.
-type Found<'a> = BTreeMap<String, (crate::lock::Owner<'a>, String, crate::runtime::ToolDef)>;
+pub(super) type Found<'a> = BTreeMap<String, (crate::lock::Owner<'a>, String, crate::runtime::ToolDef)>;
 
 /// `warden lock [--check | --show TOOL]`.
 pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, Failure> {
+    gather(s, |policy, path, found, old, new| {
+        if let Some(tool) = show {
+            return show_tool(tool, found, old, new);
+        }
+        print_changes(found, old, new);
+        if refuse_poisoned(policy, found, path) {
+            return Ok(1);
+        }
+        check_or_write(check, path, old, new)
+    })
+}
+
+/// The lock file's path, every definition the policy's plugins and servers
+/// have now, the lock as it is and the lock they make, given to `then` (with
+/// the servers still up): what `warden lock` and the console's "accept" start from.
+pub(super) fn gather<T>(
+    s: &Session,
+    then: impl FnOnce(
+        &crate::policy::Policy,
+        &Path,
+        &Found<'_>,
+        Option<&crate::lock::Lock>,
+        &crate::lock::Lock,
+    ) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     use crate::lock::Lock;
     let ctx = s.context()?;
     let policy = s.load_policy(&ctx)?;
@@ -38,14 +63,7 @@ pub(super) fn lock(s: &Session, check: bool, show: Option<&str>) -> Result<u8, F
     let servers = ServerPool::new(crate::runtime::process::default_helper(), &policy);
     pin_servers(&policy, &servers, &mut new, &mut found)?;
     let old = existing_lock(&path);
-    if let Some(tool) = show {
-        return show_tool(tool, &found, old.as_ref(), &new);
-    }
-    print_changes(&found, old.as_ref(), &new);
-    if refuse_poisoned(&policy, &found, &path) {
-        return Ok(1);
-    }
-    check_or_write(check, &path, old.as_ref(), &new)
+    then(&policy, &path, &found, old.as_ref(), &new)
 }
 
 /// Loads the policy's third-party plugins, records each component's

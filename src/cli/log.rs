@@ -14,18 +14,29 @@ pub(super) fn verify(s: &Session, file: Option<&Path>) -> Result<u8, Failure> {
     let path = file.map(Path::to_path_buf).unwrap_or_else(|| s.audit_log());
     let v = audit::verify(&path)
         .map_err(|e| fail(ErrorCode::InvalidArgs, format!("cannot read {}: {e}", path.display())))?;
-    if let Some(n) = v.torn_line {
-        println!("note: line {n} is torn (a crash mid-write) and was not checked");
+    let (ok, lines) = verdict(&path, &v);
+    for line in lines {
+        println!("{line}");
     }
-    match v.problem {
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// What `log verify` says of `v`: whether the chain is intact, and its lines
+/// (the console shows the same).
+pub(super) fn verdict(path: &Path, v: &audit::Verification) -> (bool, Vec<String>) {
+    let mut lines = Vec::new();
+    if let Some(n) = v.torn_line {
+        lines.push(format!("note: line {n} is torn (a crash mid-write) and was not checked"));
+    }
+    match &v.problem {
         Some((line, why)) => {
-            println!("{}: line {line}: {why}", path.display());
-            println!("FAILED: the chain is broken at line {line} ({} records verified before it)", v.records);
-            Ok(1)
+            lines.push(format!("{}: line {line}: {why}", path.display()));
+            lines.push(format!("FAILED: the chain is broken at line {line} ({} records verified before it)", v.records));
+            (false, lines)
         }
         None => {
-            println!("ok: {} records, chain intact; head {}", v.records, v.head);
-            Ok(0)
+            lines.push(format!("ok: {} records, chain intact; head {}", v.records, v.head));
+            (true, lines)
         }
     }
 }

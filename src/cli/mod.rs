@@ -11,6 +11,7 @@
 pub mod args;
 mod audit;
 mod call;
+mod console;
 mod echo;
 pub(crate) mod exec;
 mod list;
@@ -75,6 +76,10 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
 /// One command, one file: this only says which.
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let s = Session { cli };
+    if let Command::Console { listen, allow_host } = &s.cli.command {
+        let (listen, allow_host) = (*listen, allow_host.clone());
+        return console::console(std::sync::Arc::new(s), listen, allow_host);
+    }
     match &s.cli.command {
         Command::Call { tool, args, exit_status, stream } => call::call(&s, tool, args, *exit_status, *stream),
         Command::Run { tool, command } => run::run_command(&s, tool, command),
@@ -89,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             plugin::push(file, target, signature.as_deref())
         }
         Command::Plugin(PluginCommand::Pull { reference }) => plugin::pull(reference),
+        Command::Console { .. } => unreachable_console(),
         Command::Lock { check, show } => lock::lock(&s, *check, show.as_deref()),
         Command::Audit { format, fail_on, no_self_test } => audit::audit(&s, *format, *fail_on, !*no_self_test),
         Command::List { json } => list::command(&s, *json),
@@ -96,6 +102,11 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
     }
+}
+
+/// `console` owns its session (its server's tasks outlive any borrow) and is run above.
+fn unreachable_console() -> Result<u8, Failure> {
+    Err(fail(ErrorCode::Internal, "the console is dispatched before the other commands"))
 }
 
 /// `p` made absolute against the current directory (lexically; it may not exist yet).

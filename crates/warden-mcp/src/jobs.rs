@@ -445,6 +445,31 @@ impl Jobs {
         json!({"jobs": mine.iter().map(|(id, j)| j.summary(id, false)).collect::<Vec<_>>(), "max_jobs": self.max})
     }
 
+    /// Who owns job `id` (for the control socket, [`super::control`], which
+    /// answers the person running warden about every owner's jobs).
+    pub fn owner_of(&self, id: &str) -> Option<Arc<str>> {
+        lock(&self.table).jobs.get(id).map(|j| j.owner.clone())
+    }
+
+    /// Every owner's jobs, running first, then by start; each says whose it is
+    /// (`stdio:PID`, or `http` for a bearer token's, never the token's hash).
+    pub fn list_all(&self) -> Value {
+        let mut t = lock(&self.table);
+        t.prune();
+        let mut all: Vec<(&String, &Job)> = t.jobs.iter().collect();
+        all.sort_by_key(|(_, j)| (j.ended.is_some(), j.since));
+        let jobs: Vec<Value> = all
+            .iter()
+            .map(|(id, j)| {
+                let mut v = j.summary(id, false);
+                let owner = if j.owner.starts_with("stdio:") { j.owner.to_string() } else { "http".to_string() };
+                v["owner"] = json!(owner);
+                v
+            })
+            .collect();
+        json!({"jobs": jobs, "max_jobs": self.max})
+    }
+
     /// Cancels every running job and waits until each has written its end
     /// record; no job starts afterwards.
     pub fn shutdown(&self) {

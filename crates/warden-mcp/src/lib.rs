@@ -3,12 +3,13 @@
 //! client's user; [`tools`] turns policy tools into definitions and responses
 //! into results; [`http`] is the Streamable HTTP transport; [`logging`] the
 //! client's log level; [`jobs`] and [`tasks`] (with [`legacy_tasks`]) run
-//! `background = true` tools. On stdio, stdout carries only MCP frames, logs go
+//! `background = true` tools, and [`control`] answers `warden console` about them. On stdio, stdout carries only MCP frames, logs go
 //! to stderr, and the server exits 0 when stdin closes. See docs/mcp.md.
 
 #![forbid(unsafe_code)]
 
 pub mod approval;
+pub mod control;
 pub mod frames;
 pub mod http;
 pub mod jobs;
@@ -79,6 +80,12 @@ pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
     .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = shared.clone();
     let result = runtime.block_on(async move {
+        // Jobs are listed, followed and cancelled from `warden console` through this socket.
+        let _control = served.jobs_table().and_then(|jobs| {
+            control::start(jobs, served.audit_log().path())
+                .map_err(|e| tracing::warn!("no control socket for warden console: {e}"))
+                .ok()
+        });
         match options.http {
             Some(h) => http::serve(served, h).await,
             None => stdio(served).await,

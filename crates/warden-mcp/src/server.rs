@@ -104,6 +104,11 @@ impl Shared {
         self.jobs.is_some()
     }
 
+    /// The job table, when there are jobs (for the control socket).
+    pub fn jobs_table(&self) -> Option<Arc<Jobs>> {
+        self.jobs.clone()
+    }
+
     /// The tools offered.
     pub fn tools(&self) -> &[Tool] {
         &self.tools
