@@ -60,6 +60,30 @@ try {
   check(!r0.result?.isError, 'read_file: ' + resultText(r0));
   await page.waitForSelector('#calls-body tr[data-status="success"]:has(td.tool:text-is("read_file"))');
 
+  step('a job is followed and cancelled from the page');
+  const r3 = await call('bg', { command: 'i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done' });
+  check(!r3.result?.isError, 'the job started: ' + resultText(r3));
+  const job = page.locator('#jobs-body tr[data-status="running"]').first();
+  await job.waitFor();
+  await job.getByRole('button', { name: 'Follow output' }).click();
+  await page.waitForFunction(() => document.getElementById('job-output').textContent.includes('tick 3'));
+  await shot('jobs');
+  await page.locator('#jobs-body tr[data-status="running"]').first().getByRole('button', { name: 'Cancel' }).click();
+  await page.waitForSelector('#jobs-body tr[data-status="cancelled"]');
+  await page.waitForSelector('#calls-body tr[data-status="cancelled"]:has(td.tool:text-is("bg"))');
+
+  step('a changed server definition is refused, shown as a diff and accepted');
+  const r4 = await call('notes__note', { text: 'hi' });
+  check(r4.result?.isError || r4.error, 'the changed definition is refused: ' + JSON.stringify(r4));
+  await page.getByRole('button', { name: 'Check now' }).click();
+  const owner = page.locator('#defs-list .card[data-owner="server notes"]');
+  await owner.waitFor();
+  const diff = await owner.textContent();
+  check(diff.includes('- Keep a short note') && diff.includes('+ Keep a short note, at most 80 characters'), diff);
+  await shot('definitions');
+  await owner.getByRole('button', { name: /^Accept/ }).click();
+  await owner.locator('.msg:text-matches("^accepted")').waitFor();
+
   step('a pending approval is approved in the page and the call completes');
   const approved = call('write_file', { path: 'approved.txt', content: 'written after approval' });
   const card = page.locator('#approvals-list .card').first();
@@ -84,30 +108,6 @@ try {
   check(r2.result?.isError && resultText(r2).includes('REJECTED'), 'the rejection: ' + resultText(r2));
   check(!fs.existsSync(path.join(WS, 'rejected.txt')), 'nothing written');
   await page.waitForSelector('#calls-body tr[data-status="rejected"]');
-
-  step('a job is followed and cancelled from the page');
-  const r3 = await call('bg', { command: 'i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done' });
-  check(!r3.result?.isError, 'the job started: ' + resultText(r3));
-  const job = page.locator('#jobs-body tr[data-status="running"]').first();
-  await job.waitFor();
-  await job.getByRole('button', { name: 'Follow output' }).click();
-  await page.waitForFunction(() => document.getElementById('job-output').textContent.includes('tick 3'));
-  await shot('jobs');
-  await page.locator('#jobs-body tr[data-status="running"]').first().getByRole('button', { name: 'Cancel' }).click();
-  await page.waitForSelector('#jobs-body tr[data-status="cancelled"]');
-  await page.waitForSelector('#calls-body tr[data-status="cancelled"]:has(td.tool:text-is("bg"))');
-
-  step('a changed server definition is refused, shown as a diff and accepted');
-  const r4 = await call('notes__note', { text: 'hi' });
-  check(r4.result?.isError || r4.error, 'the changed definition is refused: ' + JSON.stringify(r4));
-  await page.getByRole('button', { name: 'Check now' }).click();
-  const owner = page.locator('#defs-list .card[data-owner="server notes"]');
-  await owner.waitFor();
-  const diff = await owner.textContent();
-  check(diff.includes('- Keep a short note') && diff.includes('+ Keep a short note, at most 80 characters'), diff);
-  await shot('definitions');
-  await owner.getByRole('button', { name: /^Accept/ }).click();
-  await owner.locator('.msg:text-matches("^accepted")').waitFor();
 
   step('a search over the log, with log verify\'s verdict');
   await page.fill('#q-tool', 'write_file');

@@ -230,6 +230,7 @@ async fn handle(c: Arc<Console>, req: http::Request<Incoming>) -> http::Response
     match (req.method().as_str(), path.as_str()) {
         ("GET", "/" | "/index.html") => asset("text/html; charset=utf-8", include_str!("assets/index.html")),
         ("GET", "/console.js") => asset("text/javascript; charset=utf-8", include_str!("assets/console.js")),
+        ("GET", "/favicon.ico") => answer(StatusCode::NO_CONTENT, "text/plain", Full::new(Bytes::new()).boxed()),
         ("GET", "/console.css") => asset("text/css; charset=utf-8", include_str!("assets/console.css")),
         (_, p) if p.starts_with("/api/") => {
             let bearer = header(http::header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
