@@ -193,9 +193,8 @@ fn the_console_refuses_a_wrong_host_a_foreign_origin_and_a_missing_token() {
     let (addr, fragment) = rest.split_once('/').unwrap();
     let token = fragment.strip_prefix("#token=").unwrap();
     assert_eq!(token.len(), 64, "{url}");
-    let get = |path: &str, headers: &str| {
-        status(addr, &format!("GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"))
-    };
+    let get =
+        |path: &str, headers: &str| status(addr, &format!("GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"));
     let host = format!("Host: {addr}\r\n");
     let auth = format!("Authorization: Bearer {token}\r\n");
     // The page itself needs no token; the API does.

@@ -31,7 +31,8 @@ pub(super) fn verdict(path: &Path, v: &audit::Verification) -> (bool, Vec<String
     match &v.problem {
         Some((line, why)) => {
             lines.push(format!("{}: line {line}: {why}", path.display()));
-            lines.push(format!("FAILED: the chain is broken at line {line} ({} records verified before it)", v.records));
+            lines
+                .push(format!("FAILED: the chain is broken at line {line} ({} records verified before it)", v.records));
             (false, lines)
         }
         None => {

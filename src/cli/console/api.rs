@@ -48,7 +48,8 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
     if method != http::Method::POST {
         return text(StatusCode::METHOD_NOT_ALLOWED, "GET or POST");
     }
-    let is_json = req.headers().get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let is_json =
+        req.headers().get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     if !is_json {
         return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send application/json");
     }
@@ -116,9 +117,7 @@ async fn control(live: &Path, pid: u64, request: &Value) -> Result<Value, String
 async fn jobs(live: &Path) -> Value {
     let mut pids: Vec<u64> = std::fs::read_dir(live.join("procs"))
         .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".sock")?.parse::<u64>().ok())
-                .collect()
+            d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".sock")?.parse::<u64>().ok()).collect()
         })
         .unwrap_or_default();
     pids.sort_unstable();

@@ -55,10 +55,10 @@ pub(super) fn pending(s: &Session) -> Result<Value, String> {
                     item["tool"] = json!(name);
                     item["description"] = diff(d0.as_deref().unwrap_or(""), &def.description);
                     item["input_schema"] = diff(s0.as_deref().unwrap_or(""), &pretty_schema(&def.input_schema));
-                    if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) {
-                        if !p.answered_by(policy.tools.get(name)) {
-                            item["poisoning"] = json!(p.why);
-                        }
+                    if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema)
+                        && !p.answered_by(policy.tools.get(name))
+                    {
+                        item["poisoning"] = json!(p.why);
                     }
                 }
                 out.push(item);
@@ -73,10 +73,10 @@ pub(super) fn pending(s: &Session) -> Result<Value, String> {
 fn poisoned(policy: &crate::policy::Policy, found: &Found<'_>, owner: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (key, (_, name, def)) in found.iter().filter(|(k, _)| owner_of(k) == owner) {
-        if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema) {
-            if !p.answered_by(policy.tools.get(name)) {
-                out.push(format!("{key}: {} (tool poisoning)", p.why));
-            }
+        if let Some(p) = crate::poisoning::definition_poisoning(&def.description, &def.input_schema)
+            && !p.answered_by(policy.tools.get(name))
+        {
+            out.push(format!("{key}: {} (tool poisoning)", p.why));
         }
     }
     out
@@ -105,10 +105,10 @@ pub(super) fn accept(s: &Session, owner: &str) -> Result<Value, String> {
         };
         let accepted = new.definitions.get(section).and_then(|d| d.get(&name)).cloned().unwrap_or_default();
         out.definitions.entry(section.to_string()).or_default().insert(name.clone(), accepted);
-        if section == "plugins" {
-            if let Some(p) = new.provenance_of(&name) {
-                out.insert_provenance(&name, p.clone());
-            }
+        if section == "plugins"
+            && let Some(p) = new.provenance_of(&name)
+        {
+            out.insert_provenance(&name, p.clone());
         }
         write_atomically(path, out.to_text().as_bytes()).map_err(|e| {
             super::super::fail(crate::error::ErrorCode::Internal, format!("cannot write {}: {e}", path.display()))

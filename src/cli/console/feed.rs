@@ -63,12 +63,19 @@ fn message(kind: &str, data: &Value) -> Bytes {
 struct Tail {
     path: PathBuf,
     offset: u64,
+    /// The file's inode: another file at the path (a rotation) is read from its start.
+    ino: u64,
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.ino())
 }
 
 impl Tail {
     /// From the start of the last `backlog` lines (within [`CHUNK`]).
     fn last_lines(path: &Path, backlog: usize) -> Tail {
-        let mut t = Tail { path: path.to_path_buf(), offset: 0 };
+        let mut t = Tail { path: path.to_path_buf(), offset: 0, ino: inode(path) };
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
         t.offset = len.saturating_sub(CHUNK);
         let Ok(data) = t.read() else { return t };
@@ -100,8 +107,10 @@ impl Tail {
     /// The complete lines written since the last call, parsed (a line that is
     /// not JSON is skipped).
     fn next(&mut self) -> Vec<Value> {
-        if std::fs::metadata(&self.path).is_ok_and(|m| m.len() < self.offset) {
-            self.offset = 0; // replaced by a shorter file
+        let ino = inode(&self.path);
+        if ino != self.ino || std::fs::metadata(&self.path).is_ok_and(|m| m.len() < self.offset) {
+            // Replaced (rotated) or cut: read the new file from its start.
+            (self.offset, self.ino) = (0, ino);
         }
         let Ok(data) = self.read() else { return Vec::new() };
         let end = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -150,6 +159,8 @@ pub(super) fn pending(live: &Path) -> Vec<Value> {
 
 /// The events files, each followed from its last [`BACKLOG`] lines.
 fn events(live: &Path, tails: &mut HashMap<PathBuf, Tail>) -> Vec<Value> {
+    // The files of processes that ended are gone.
+    tails.retain(|path, _| path.exists());
     let Ok(entries) = std::fs::read_dir(live.join("events")) else { return Vec::new() };
     let mut out = Vec::new();
     for e in entries.flatten() {

@@ -220,10 +220,10 @@ async fn handle(c: Arc<Console>, req: http::Request<Incoming>) -> http::Response
     if !c.hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
         return text(StatusCode::FORBIDDEN, "Forbidden: the Host header does not name this console (see --allow-host)");
     }
-    if let Some(origin) = req.headers().get(http::header::ORIGIN) {
-        if !same(origin.as_bytes(), format!("http://{host}").as_bytes()) {
-            return text(StatusCode::FORBIDDEN, "Forbidden: a request from another origin");
-        }
+    if let Some(origin) = req.headers().get(http::header::ORIGIN)
+        && !same(origin.as_bytes(), format!("http://{host}").as_bytes())
+    {
+        return text(StatusCode::FORBIDDEN, "Forbidden: a request from another origin");
     }
     let path = req.uri().path().to_string();
     let asset = |ct: &str, body: &'static str| answer(StatusCode::OK, ct, Full::new(Bytes::from(body)).boxed());

@@ -71,7 +71,9 @@ function sandbox(sb) {
   if (sb.landlock_abi) parts.push('landlock ' + sb.landlock_abi);
   if (sb.seccomp) parts.push('seccomp');
   if (sb.uid !== undefined && sb.uid !== null) parts.push('uid ' + sb.uid);
-  if (sb.dirs && sb.dirs.length) parts.push('dirs: ' + sb.dirs.join(', '));
+  const dirs = sb.dirs || [];
+  const rw = dirs.filter((d) => d.endsWith('(rw)') && !d.startsWith('/dev/'));
+  if (dirs.length) parts.push(dirs.length + ' dirs' + (rw.length ? ', writable: ' + rw.map((d) => d.replace(/ \(rw\)$/, '')).join(', ') : ', none writable'));
   parts.push(sb.net && sb.net.length ? 'net: ' + sb.net.join(', ') : 'no network');
   return parts.join(' · ');
 }
@@ -106,6 +108,7 @@ function onRecord(r) {
   if (sb) details.push(sb);
   details.push(...network(r.network));
   tr.querySelector('.details').textContent = details.join('\n');
+  tr.querySelector('.details').title = (r.sandbox?.dirs || []).join('\n');
   tr.querySelector('.details').style.whiteSpace = 'pre-wrap';
 }
 
