@@ -136,10 +136,15 @@ function diffBlock(text) {
   return pre;
 }
 
-async function answer(p, kind, reason, msg) {
+async function answer(p, kind, reason, msg, scope) {
   msg.textContent = 'sending…';
+  const body = { id: p.id, args_sha256: p.args_sha256, answer: kind, reason: reason.value || null };
+  if (kind === 'always') {
+    const [match, where] = scope.value.split(' ');
+    body.lasting = { match, scope: where };
+  }
   try {
-    await api('/api/answer', { id: p.id, args_sha256: p.args_sha256, answer: kind, reason: reason.value || null });
+    await api('/api/answer', body);
     msg.textContent = 'answered: ' + kind + ' (the waiting call continues)';
   } catch (e) { msg.textContent = 'refused: ' + e.message; }
 }
@@ -154,9 +159,15 @@ function onInbox(list) {
     if (box.querySelector('[data-id="' + CSS.escape(p.id) + '"]')) continue;
     const reason = el('input', { placeholder: 'reason (optional)', class: 'reason' });
     const msg = el('span', { class: 'muted msg' }, p.answered ? 'answered; waiting for the process' : '');
+    // What "always" keeps approving: these arguments or every call (ask tools only), here or this session.
+    const scope = el('select', { class: 'scope', title: 'what Always keeps approving' },
+      el('option', { value: 'args workspace' }, 'these arguments, in this workspace'),
+      el('option', { value: 'args session' }, 'these arguments, this session'),
+      p.tier === 'ask' ? el('option', { value: 'tool workspace' }, 'every call of ' + p.tool + ', in this workspace') : null,
+      p.tier === 'ask' ? el('option', { value: 'tool session' }, 'every call of ' + p.tool + ', this session') : null);
     const button = (kind, label, cls) => {
       const b = el('button', { type: 'button', class: cls + ' ' + kind }, label);
-      b.addEventListener('click', () => answer(p, kind, reason, msg));
+      b.addEventListener('click', () => answer(p, kind, reason, msg, scope));
       return b;
     };
     const left = p.expires_ms ? Math.max(0, Math.round((p.expires_ms - Date.now()) / 1000)) + ' s left' : '';
@@ -166,7 +177,7 @@ function onInbox(list) {
       el('pre', { class: 'args-text' }, p.args_text || JSON.stringify(p.args, null, 2)),
       p.preview ? diffBlock(p.preview) : null,
       el('div', { class: 'actions' }, button('approve', 'Approve', 'approve'), button('reject', 'Reject', 'reject'),
-        button('always', 'Always', 'approve'), reason, msg)));
+        button('always', 'Always', 'approve'), scope, reason, msg)));
   }
 }
 
