@@ -112,8 +112,11 @@ pub struct Surroundings {
     pub plugin_imports: BTreeMap<String, Vec<String>>,
     /// The lasting approvals beside the policy: their file, its text, and each
     /// entry with why it can no longer apply (`None`: it applies).
-    pub lasting: Option<(PathBuf, String, Vec<(crate::approval::lasting::Entry, Option<String>)>)>,
+    pub lasting: Option<LastingFile>,
 }
+
+/// The lasting approvals' file, its text, and each entry with why it can no longer apply.
+pub type LastingFile = (PathBuf, String, Vec<(crate::approval::lasting::Entry, Option<String>)>);
 
 /// Files under a directory with a hard link outside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
