@@ -93,6 +93,8 @@ pub struct Executor {
     inbox: Option<approval::inbox::Settings>,
     /// Lasting approvals (`warden.approvals.toml`).
     lasting: approval::lasting::Lasting,
+    /// Where calls are announced as they start (`warden serve`), for the console.
+    events: Option<crate::live::Events>,
 }
 
 /// What the pipeline learnt about a call, for its audit record.
@@ -173,7 +175,21 @@ impl Executor {
             cache: ResultCache::default(),
             inbox: None,
             lasting,
+            events: None,
         })
+    }
+
+    /// Announces each call as it starts in the live directory's
+    /// `events/PID.jsonl` (for `warden console`), unless `WARDEN_LIVE_EVENTS=off`.
+    pub fn announce_calls(&mut self) {
+        if std::env::var("WARDEN_LIVE_EVENTS").is_ok_and(|v| v == "off") {
+            return;
+        }
+        let live = crate::live::Live::for_log(self.audit.path());
+        match live.ensure() {
+            Ok(()) => self.events = Some(live.events()),
+            Err(e) => tracing::warn!("{e}; calls are not announced to warden console"),
+        }
     }
 
     /// Lets calls whose client cannot ask wait in warden's inbox (beside the
@@ -265,7 +281,17 @@ impl Executor {
         };
         let sha = ready.args_sha256.clone();
         match self.pipeline(&ready.call, args_bytes.len(), &sha, &mut ready.trace, hooks) {
-            Ok(None) => Begun::Ready(ready),
+            Ok(None) => {
+                if let Some(events) = &self.events {
+                    let mut fields = serde_json::Map::new();
+                    fields.insert("call_id".into(), ready.call_id.clone().into());
+                    fields.insert("tool".into(), ready.call.tool.clone().into());
+                    fields.insert("session".into(), self.session.clone().into());
+                    fields.insert("args".into(), crate::audit::redact(&ready.call.args));
+                    events.emit("call_start", fields);
+                }
+                Begun::Ready(ready)
+            }
             Ok(Some(hit)) => Begun::Done(self.conclude(ready, Ok(hit))),
             Err(e) => Begun::Done(self.conclude(ready, Err(e))),
         }

@@ -94,7 +94,10 @@ impl Live {
 
     /// This process's events file.
     pub fn events(&self) -> Events {
-        Events { path: self.root.join("events").join(format!("{}.jsonl", std::process::id())) }
+        Events {
+            path: self.root.join("events").join(format!("{}.jsonl", std::process::id())),
+            file: std::sync::Mutex::default(),
+        }
     }
 
     /// Every events file (for the console).
@@ -391,10 +394,12 @@ impl Drop for Remove {
     }
 }
 
-/// One process's live events file.
-#[derive(Debug, Clone)]
+/// One process's live events file, removed when dropped (the process ends).
+#[derive(Debug)]
 pub struct Events {
     path: PathBuf,
+    /// The open file and the bytes written to it.
+    file: std::sync::Mutex<Option<(std::fs::File, u64)>>,
 }
 
 impl Events {
@@ -406,18 +411,30 @@ impl Events {
         fields.insert("kind".into(), kind.into());
         let mut line = serde_json::to_vec(&fields).unwrap_or_default();
         line.push(b'\n');
-        if std::fs::metadata(&self.path).is_ok_and(|m| m.len() > MAX_EVENTS_BYTES) {
+        let mut slot = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|(_, n)| *n > MAX_EVENTS_BYTES) {
+            *slot = None;
             let _ = std::fs::rename(&self.path, self.path.with_extension("jsonl.1"));
         }
-        let file =
-            OpenOptions::new().append(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&self.path);
-        if let Ok(mut f) = file {
-            let _ = f.write_all(&line);
+        if slot.is_none() {
+            let opened = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path);
+            *slot = opened.ok().map(|f| (f, 0));
+        }
+        if let Some((f, n)) = slot.as_mut()
+            && f.write_all(&line).is_ok()
+        {
+            *n += line.len() as u64;
         }
     }
+}
 
-    /// Removes the file (the process is ending).
-    pub fn remove(&self) {
+impl Drop for Events {
+    fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_file(self.path.with_extension("jsonl.1"));
     }

@@ -71,6 +71,7 @@ pub fn serve(mut executor: Executor, options: ServeOptions) -> Result<(), String
     if options.inbox {
         executor.offer_inbox(options.approval_timeout);
     }
+    executor.announce_calls();
     // A server writes many records: they overwrite blank fill, so each
     // fdatasync commits data only (cut off again when the log is closed).
     executor.audit_log().grow_in_chunks(warden_core::audit::GROWTH_CHUNK);
