@@ -142,7 +142,7 @@ impl Executor {
     /// `PLUGIN.TOOL`): no other tool is prepared, so `warden call` loads nothing
     /// the call does not need (see [`Catalog::build_for`]).
     pub fn new_for(
-        policy: Policy,
+        mut policy: Policy,
         approver: Approver,
         audit: AuditLog,
         options: Options,
@@ -150,6 +150,15 @@ impl Executor {
     ) -> Result<Executor, CallError> {
         // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
         warden_sandbox::limits::ignore_sigxfsz();
+        // The record and the approvals inbox are warden's own, whoever embeds the
+        // executor: every call protects them inside its write grants.
+        let log = std::path::absolute(audit.path()).unwrap_or_else(|_| audit.path().to_path_buf());
+        let live = crate::live::Live::for_log(&log).path().to_path_buf();
+        for (what, path) in [("audit log", log), ("approvals inbox", live)] {
+            if !policy.own_files.iter().any(|(_, p)| *p == path) {
+                policy.own_files.push((what.to_string(), path));
+            }
+        }
         // A call of one tool is a process's only call (`warden call`): no instance pool.
         let runtime = match only {
             Some(_) => ComponentRuntime::one_shot(options.cache_dir),
