@@ -652,6 +652,7 @@ impl Executor {
             workspace: &self.policy.workspace,
             definition,
             client: hooks.client.unwrap_or("warden call"),
+            progress: hooks.progress.as_ref(),
         };
         approval::inbox::ask(settings, request, &why, &hooks.cancel, &ctx)
     }

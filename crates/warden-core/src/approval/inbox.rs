@@ -63,6 +63,9 @@ pub struct Context<'a> {
     pub definition: &'a str,
     /// How the agent reached warden.
     pub client: &'a str,
+    /// The call's progress sink, told where the person can answer (an MCP
+    /// client that sent a progress token sees it while the call waits).
+    pub progress: Option<&'a crate::runtime::ProgressSink>,
 }
 
 /// Posts `req` and waits; the verdict says who answered and where.
@@ -72,6 +75,13 @@ pub fn ask(settings: &Settings, req: &Request<'_>, why: &str, cancel: &Cancel, c
         return Verdict::Required(format!("{} needs approval and warden's inbox is unusable: {e}", req.tool));
     }
     let posted = |p: &Pending| {
+        if let Some(sink) = ctx.progress {
+            sink(&crate::runtime::Progress {
+                done: 0,
+                total: None,
+                message: format!("waiting for a person: warden approvals approve {} (or warden console)", p.id),
+            });
+        }
         eprintln!(
             "warden: {} waits for approval {} (up to {}s): `warden approvals show {}`, or `warden console`",
             p.tool,
