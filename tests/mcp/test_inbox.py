@@ -286,3 +286,22 @@ def test_the_typescript_sdk_over_http_writes_after_approval(serve, warden):
     result = json.loads(out.strip().splitlines()[-1])
     assert result["isError"] is False, result
     assert (warden.ws / "ts.txt").read_text() == "from ts"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_stdio_client_without_elicitation_waits_and_runs_once_approved(warden, mode):
+    with_inbox(warden)
+
+    def approve():
+        p = pending(warden, "write_file")
+        assert p["client"].startswith("MCP client without elicitation"), p
+        approvals(warden, "approve", p["id"])
+
+    async with Client(warden.stdio(), mode=mode, cache=None) as c:
+        call = asyncio.create_task(c.call_tool("write_file", {"path": f"{mode}.txt", "content": mode}))
+        await asyncio.to_thread(approve)
+        r = await asyncio.wait_for(call, 60)
+    assert not r.is_error, text(r)
+    assert (warden.ws / f"{mode}.txt").read_text() == mode
+    assert warden.records()[-1]["approved_by"] == "inbox"
