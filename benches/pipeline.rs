@@ -217,9 +217,15 @@ const HTTP_TOKEN: &str = "bench-token-0123456789abcdef";
 
 impl HttpServer {
     fn start(warden: &str, ws: &Path, log: &Path, cache: &Path) -> HttpServer {
+        HttpServer::start_with(warden, ws, log, cache, "on")
+    }
+
+    /// [`HttpServer::start`] with the live feed (`events/PID.jsonl`) `on` or `off`.
+    fn start_with(warden: &str, ws: &Path, log: &Path, cache: &Path, live: &str) -> HttpServer {
         use std::io::BufRead;
         let mut child = serve(warden, ws, log, cache, &["--http", "127.0.0.1:0"])
             .env("WARDEN_HTTP_TOKEN", HTTP_TOKEN)
+            .env("WARDEN_LIVE_EVENTS", live)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -680,6 +686,7 @@ fn main() {
     drop(server);
     let http_records = warden::audit::verify(&http_log).unwrap().records;
     assert_eq!(http_records, 8 * (http_per_client as u64 + 1), "every HTTP call has its record");
+    let (feed_on, feed_off) = live_feed_cost(warden_bin, &ws, dir.path(), &cache);
 
     let rows = [
         ("std::fs::read 4KiB in-process (floor)", percentile(floor.clone(), 0.5), percentile(floor, 0.95)),
@@ -733,6 +740,10 @@ fn main() {
     }
     println!("MCP, 8 concurrent clients of one warden serve --http: {per_second:.0} read_file calls/s");
     println!("MCP, 8 stdio clients, each with its own warden serve: {stdio_per_second:.0} read_file calls/s");
+    println!(
+        "MCP --http, 8 clients, live feed on / off (median of 3 alternating rounds): {feed_on:.0} / {feed_off:.0} calls/s ({:.3}x)",
+        feed_on / feed_off
+    );
     println!(
         "in-process pipeline, 8 callers at once: {concurrent_per_second:.0} calls/s, {records_per_sync:.1} records per fdatasync"
     );
@@ -826,6 +837,7 @@ fn main() {
         "rows": json_rows,
         "mcp_calls_per_second_8_clients": per_second,
         "mcp_calls_per_second_8_stdio_servers": stdio_per_second,
+        "http_live_feed_calls_per_second": {"on": feed_on, "off": feed_off, "ratio": feed_on / feed_off},
         "in_process_8_callers": {"calls_per_second": concurrent_per_second, "records_per_fdatasync": records_per_sync},
         "http_serve_rss_kib_after_calls": http_rss,
         "serve_rss_kib": {"idle": idle_rss, "after_10000_calls": rss_after},
@@ -849,4 +861,26 @@ fn machine() -> serde_json::Value {
         "kernel": kernel.trim(),
         "root": nix::unistd::geteuid().is_root(),
     })
+}
+
+/// Calls per second of 8 clients of one `warden serve --http` with the live feed
+/// (`LOG.live/events/PID.jsonl`, for `warden console`) on and off: the median of
+/// three rounds of each, alternating, so both see the same machine.
+fn live_feed_cost(warden: &str, ws: &Path, dir: &Path, cache: &Path) -> (f64, f64) {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..6 {
+        let live = if round % 2 == 0 { "on" } else { "off" };
+        let log = dir.join(format!("feed-{round}.jsonl"));
+        let server = HttpServer::start_with(warden, ws, &log, cache, live);
+        let mut clients: Vec<HttpClient> = (0..8).map(|_| HttpClient::connect(&server)).collect();
+        let rate = calls_per_second(&mut clients, 1_000, HttpClient::read_file);
+        drop(clients);
+        drop(server);
+        if live == "on" { on.push(rate) } else { off.push(rate) }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(on), median(off))
 }

@@ -14,7 +14,7 @@ pub use warden_egress as egress;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lint;
-pub use warden_core::{approval, audit, cache, catalog, executor, lock, poisoning, workspace_read};
+pub use warden_core::{approval, audit, cache, catalog, executor, live, lock, poisoning, workspace_read};
 pub use warden_mcp as mcp;
 pub use warden_policy as policy;
 pub use warden_runtime as runtime;

@@ -110,7 +110,13 @@ pub struct Surroundings {
     /// The interfaces each third-party plugin's component imports, by plugin
     /// name, as `warden audit` read them (absent: not known).
     pub plugin_imports: BTreeMap<String, Vec<String>>,
+    /// The lasting approvals beside the policy: their file, its text, and each
+    /// entry with why it can no longer apply (`None`: it applies).
+    pub lasting: Option<LastingFile>,
 }
+
+/// The lasting approvals' file, its text, and each entry with why it can no longer apply.
+pub type LastingFile = (PathBuf, String, Vec<(crate::approval::lasting::Entry, Option<String>)>);
 
 /// Files under a directory with a hard link outside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +166,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
         }
     }
     provenance::lint_plugins(&mut l, &raw, around);
+    provenance::lint_lasting(&mut l, around);
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
     for (name, tool) in &raw.tools {
         lint_tool(&mut l, name, tool, default_tier, ctx, around);

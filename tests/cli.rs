@@ -6,6 +6,7 @@
 mod util;
 
 use serde_json::{Value, json};
+use std::time::Duration;
 use util::mcp_stdio::McpStdio;
 use util::{Env, SECRET};
 
@@ -112,6 +113,43 @@ fn writes_need_approval_without_a_terminal_and_run_with_approve_yes() {
     assert_eq!(recs[1]["status"], "success");
     assert_eq!(recs[1]["tier"], "ask");
     assert_eq!(recs[1]["sandbox"]["runtime"], "component");
+}
+
+#[test]
+fn approve_inbox_waits_for_a_person_answering_with_warden_approvals() {
+    let env = Env::new();
+    let child = env
+        .command(&["--approve", "inbox", "call", "write_file", r#"{"path":"in.txt","content":"ok"}"#])
+        .spawn()
+        .unwrap();
+    // The call waits: a person lists the inbox and approves it from another terminal.
+    let mut id = String::new();
+    assert!(
+        util::within(Duration::from_secs(30), || {
+            let list = env.run(&["approvals", "list", "--json"]);
+            id = list.json()["pending"][0]["id"].as_str().unwrap_or_default().to_string();
+            !id.is_empty()
+        }),
+        "the call never appeared in the inbox"
+    );
+    let list = env.run(&["approvals", "list", "--json"]);
+    assert_eq!(list.json()["pending"][0]["client"], "warden call", "{list:?}");
+    let shown = env.run(&["approvals", "show", &id]);
+    assert!(shown.stdout.contains("+ok"), "the preview diff: {shown:?}");
+    let approve = env.run(&["approvals", "approve", &id]);
+    assert_eq!(approve.code, 0, "{approve:?}");
+    // A second answer is refused: the first one wins.
+    let again = env.run(&["approvals", "reject", &id]);
+    assert_ne!(again.code, 0, "{again:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(env.ws.join("in.txt")).unwrap(), "ok");
+    let rec = env.audit_records().pop().unwrap();
+    assert_eq!((rec["approved_by"].as_str(), rec["approval"]["id"].as_str()), (Some("inbox"), Some(id.as_str())));
+    // An unknown id names what to do.
+    let r = env.run(&["approvals", "approve", "a-00000000000000000000000000000000"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.all().contains("warden approvals list"), "{r:?}");
 }
 
 #[test]

@@ -199,7 +199,7 @@ fn a_cancelled_component_stops_before_its_timeout() {
     use warden::runtime::Cancel;
 
     let k = kit("");
-    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None, run: None };
+    let hooks = CallHooks { cancel: Cancel::new(), ..CallHooks::default() };
     let switch = hooks.cancel.clone();
     let canceller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));

@@ -136,6 +136,8 @@ impl Setup {
              [tools.bg]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ndescription = \"Run in the background\"\n\
              tier = \"auto\"\nbackground = true\nfs.read = [\"{{system}}\", \"{{workspace}}\"]\n\
              env = {{ pass = [\"PATH\"] }}\nlimits = {{ timeout = \"10m\", cpu = \"10m\" }}\n\n\
+             [tools.sh]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ndescription = \"Run a command\"\n\
+             tier = \"auto\"\nfs.read = [\"{{system}}\", \"{{workspace}}\"]\nenv = {{ pass = [\"PATH\"] }}\n\n\
              [servers.notes]\nexec = [\"/usr/bin/python3\", {:?}]\ntier = \"auto\"\n\
              fs.read = [\"{{system}}\", {:?}]\nenv.set = {{ DESC_FILE = {:?} }}\n",
             r.join("server.py").display().to_string(),

@@ -140,6 +140,7 @@ fn python_sdk_and_inspector_end_to_end() {
         "test_progress.py",
         "test_jobs.py",
         "test_tasks.py",
+        "test_inbox.py",
     ] {
         assert!(report.contains(file), "{file} did not run:\n{report}");
     }

@@ -903,7 +903,7 @@ fn a_cancelled_call_leaves_no_process_behind() {
     };
     let exec = warden::Executor::new(policy, Approver::new(ApproveMode::Deny), log, options).unwrap();
     let marker = "cancelmark-5e1d";
-    let hooks = CallHooks { approve: None, cancel: Cancel::new(), tap: None, progress: None, run: None };
+    let hooks = CallHooks { cancel: Cancel::new(), ..CallHooks::default() };
     let switch = hooks.cancel.clone();
     let ws = env.ws.clone();
     let watcher = std::thread::spawn(move || {

@@ -41,6 +41,9 @@ pub enum ApproveArg {
     Deny,
     /// Approve every call (recorded as `flag` in the audit log).
     Yes,
+    /// Wait in warden's approval inbox for a person answering with
+    /// `warden approvals` or in `warden console` (up to the approval timeout).
+    Inbox,
 }
 
 /// Subcommands.
@@ -91,7 +94,8 @@ pub enum Command {
     /// Serve the policy's tools over MCP: stdio by default, Streamable HTTP with --http.
     ///
     /// Approvals go to the MCP client's user (elicitation); a client that cannot
-    /// ask gets an error naming the policy line that would pre-approve the tool.
+    /// ask waits in warden's approval inbox (`warden approvals`, `warden console`)
+    /// for up to --approval-timeout.
     Serve {
         /// Serve Streamable HTTP at this address (for example 127.0.0.1:8765)
         /// instead of stdio. Every request needs the bearer token: set
@@ -105,6 +109,11 @@ pub enum Command {
         /// https://app.example:443); repeatable.
         #[arg(long, value_name = "ORIGIN")]
         allow_origin: Vec<String>,
+        /// A name admitted in the Host header over HTTP besides loopback names and
+        /// the listening address (a Compose or Kubernetes service name, like
+        /// warden.internal); repeatable. See docs/mcp.md on DNS rebinding.
+        #[arg(long, value_name = "NAME")]
+        allow_host: Vec<String>,
     },
     /// Audit the confinement and the policy: host report, the layers each tool
     /// gets here, and lint findings at policy lines.
@@ -157,6 +166,87 @@ pub enum Command {
     /// Audit log commands.
     #[command(subcommand)]
     Log(LogCommand),
+    /// The approval inbox: calls waiting for a person (their client cannot ask),
+    /// and lasting approvals.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+}
+
+/// `warden approvals …`
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// The calls waiting for a person (and, with --lasting, the lasting approvals).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also list the lasting approvals kept beside the policy.
+        #[arg(long)]
+        lasting: bool,
+    },
+    /// One waiting call: its arguments and what it would do (the diff).
+    Show {
+        /// The approval id (a-…).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a waiting call run, once.
+    Approve {
+        /// The approval id (a-…).
+        id: String,
+    },
+    /// Refuse a waiting call: its agent gets REJECTED.
+    Reject {
+        /// The approval id (a-…).
+        id: String,
+        /// Why, passed to the agent.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Let a waiting call run and keep approving what --match describes.
+    Always {
+        /// The approval id (a-…).
+        id: String,
+        /// What it covers: these exact arguments, a rule (--when), or every call (ask tools only).
+        #[arg(long = "match", value_enum, default_value = "args")]
+        matches: MatchArg,
+        /// For --match rule: ARG=REGEX, as in [[tools.NAME.rule]] `when`; repeatable.
+        #[arg(long, value_name = "ARG=REGEX")]
+        when: Vec<String>,
+        /// Where it lasts: this workspace, or this session only.
+        #[arg(long, value_enum, default_value = "workspace")]
+        scope: ScopeArg,
+        /// The last day it applies (YYYY-MM-DD, UTC) or an RFC 3339 time.
+        #[arg(long, value_name = "DATE")]
+        until: Option<String>,
+    },
+    /// Remove a lasting approval.
+    Revoke {
+        /// The lasting approval's id (l-…).
+        id: String,
+    },
+}
+
+/// `approvals always --match`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MatchArg {
+    /// These exact arguments.
+    Args,
+    /// Arguments matching --when.
+    Rule,
+    /// Every call of the tool (ask tools only).
+    Tool,
+}
+
+/// `approvals always --scope`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScopeArg {
+    /// In this workspace.
+    Workspace,
+    /// In the waiting call's session only.
+    Session,
 }
 
 /// `warden policy …`

@@ -22,6 +22,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
         s.with_profile(policy)?;
     }
     let mut tool_names = None;
+    let mut lasting = None;
     let (mut provenance, mut plugin_imports) = (Vec::new(), Default::default());
     let (tools, descriptions, poisoned) = match &loaded {
         Ok(policy) => {
@@ -33,6 +34,17 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
                 .filter_map(|e| e.state.as_ref().ok().map(|r| (e.spec.name.clone(), r.description.clone())))
                 .collect();
             let poisoned = poisoned_definitions(policy, &runtime, &servers);
+            lasting = match super::approvals::standing(policy, &catalog) {
+                Some(Ok((path, entries))) => {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    Some((path, text, entries))
+                }
+                Some(Err(e)) => {
+                    eprintln!("warning: {e}");
+                    None
+                }
+                None => None,
+            };
             (provenance, plugin_imports) = plugin_provenance(policy, &runtime);
             // Under a profile, servers it cannot use were not started: their names are unknown.
             if policy.profile.is_none() {
@@ -56,6 +68,7 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
         tool_names,
         no_net_namespace: warden_sandbox::namespaces::NsSupport::probe(nix::unistd::geteuid().is_root()).reason,
         plugin_imports,
+        lasting,
     };
     let mut findings = lint(&text, &origin, &ctx, &around);
     let mode = loaded.as_ref().map(|p| p.mode).unwrap_or_default();

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+mod approvals;
 pub mod args;
 mod audit;
 mod call;
@@ -84,8 +85,8 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Call { tool, args, exit_status, stream } => call::call(&s, tool, args, *exit_status, *stream),
         Command::Run { tool, command } => run::run_command(&s, tool, command),
         Command::Exec => exec::command(&s),
-        Command::Serve { http, approval_timeout, allow_origin } => {
-            serve::serve(&s, *http, *approval_timeout, allow_origin)
+        Command::Serve { http, approval_timeout, allow_origin, allow_host } => {
+            serve::serve(&s, *http, *approval_timeout, (allow_origin, allow_host))
         }
         Command::Plugin(PluginCommand::Inspect { file, signature, json }) => {
             plugin::plugin_inspect(file, signature.as_deref(), *json)
@@ -101,6 +102,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Policy(PolicyCommand::Check { file }) => policy::check(&s, file.as_deref()),
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
+        Command::Approvals(c) => approvals::run(&s, c),
     }
 }
 

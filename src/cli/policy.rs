@@ -67,6 +67,7 @@ pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
             eprintln!("error: {}", err.message);
         }
     }
+    print_lasting(policy, catalog);
     if broken > 0 {
         eprintln!("invalid: {broken} tool(s) cannot be used");
         1
@@ -95,4 +96,24 @@ pub(super) fn check(s: &Session, file: Option<&Path>) -> Result<u8, Failure> {
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let (catalog, _servers) = catalog_of(&policy, &runtime);
     Ok(policy_check(&policy, &catalog))
+}
+
+/// The lasting approvals kept beside the policy, each with whether it still applies.
+fn print_lasting(policy: &Policy, catalog: &Catalog) {
+    match super::approvals::standing(policy, catalog) {
+        None => {}
+        Some(Err(e)) => eprintln!("warning: {e}"),
+        Some(Ok((path, entries))) if !entries.is_empty() => {
+            println!("lasting approvals ({}): {}", path.display(), entries.len());
+            let now = std::time::SystemTime::now();
+            for (e, inert) in &entries {
+                let state = match inert {
+                    None => "applies".to_string(),
+                    Some(why) => format!("does not apply: {why}; `warden approvals revoke {}`", e.id),
+                };
+                println!("{} [{state}]", super::approvals::lasting_line(e, now));
+            }
+        }
+        Some(Ok(_)) => {}
+    }
 }

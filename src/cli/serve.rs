@@ -10,7 +10,7 @@ pub(super) fn serve(
     s: &Session,
     http: Option<std::net::SocketAddr>,
     approval_timeout: std::time::Duration,
-    allow_origin: &[String],
+    (allow_origin, allow_host): (&[String], &[String]),
 ) -> Result<u8, Failure> {
     if s.cli.approve == Some(ApproveArg::Prompt) {
         return Err(fail(
@@ -33,11 +33,38 @@ pub(super) fn serve(
                     t
                 }
             };
-            Some(crate::mcp::http::HttpOptions { addr, token, allowed_origins: allow_origin.to_vec() })
+            let allowed_hosts = allow_host.iter().map(|h| check_host_name(h)).collect::<Result<Vec<_>, _>>()?;
+            Some(crate::mcp::http::HttpOptions { addr, token, allowed_origins: allow_origin.to_vec(), allowed_hosts })
         }
     };
-    let options = crate::mcp::ServeOptions { approval_timeout, approver_only: s.cli.approve.is_some(), http };
+    if http.is_none() && !allow_host.is_empty() {
+        return Err(fail(ErrorCode::InvalidArgs, "--allow-host applies to --http only"));
+    }
+    let approver_only = s.cli.approve.is_some();
+    let inbox = matches!(s.cli.approve, None | Some(ApproveArg::Inbox));
+    let options = crate::mcp::ServeOptions { approval_timeout, approver_only, inbox, http };
     let executor = s.executor()?;
     crate::mcp::serve(executor, options).map_err(|m| fail(ErrorCode::Internal, m))?;
     Ok(0)
+}
+
+/// An `--allow-host` name: a DNS name (letters, digits, `-`, `.`), lowercased,
+/// without a port; IP literals need no flag.
+fn check_host_name(name: &str) -> Result<String, Failure> {
+    let lower = name.trim().to_ascii_lowercase();
+    let ok = !lower.is_empty()
+        && lower.len() <= 253
+        && lower.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if !ok {
+        return Err(fail(
+            ErrorCode::InvalidArgs,
+            format!("--allow-host {name:?}: give a host name such as warden.internal (no port, scheme or wildcard)"),
+        ));
+    }
+    Ok(lower)
 }

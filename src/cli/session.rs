@@ -76,7 +76,9 @@ impl Session {
     /// warden's own files beyond the policy and its lock: the audit log and the
     /// compiled-component cache (every call protects them inside its write grants).
     pub(super) fn own_files(&self) -> Vec<(String, PathBuf)> {
-        let mut own = vec![("audit log".to_string(), absolute(&self.audit_log()))];
+        let log = absolute(&self.audit_log());
+        let live = crate::live::Live::for_log(&log).path().to_path_buf();
+        let mut own = vec![("audit log".to_string(), log), ("approvals inbox".to_string(), live)];
         if let Some(cache) = cache_dir() {
             own.push(("component cache".into(), absolute(&cache)));
         }
@@ -98,7 +100,7 @@ impl Session {
         }
         match self.cli.approve {
             Some(ApproveArg::Yes) => ApproveMode::Yes,
-            Some(ApproveArg::Deny) => ApproveMode::Deny,
+            Some(ApproveArg::Deny | ApproveArg::Inbox) => ApproveMode::Deny,
             Some(ApproveArg::Prompt) => ApproveMode::Prompt,
             None => {
                 let attached = (std::io::stdin().is_terminal() || std::io::stderr().is_terminal())
@@ -124,8 +126,12 @@ impl Session {
             )
         })?;
         let options = Options { cache_dir: cache_dir(), sandbox_helper: crate::runtime::process::default_helper() };
-        Executor::new_for(policy, Approver::new(self.approve_mode()), log, options, only)
-            .map_err(|e| fail(e.code, e.message))
+        let mut executor = Executor::new_for(policy, Approver::new(self.approve_mode()), log, options, only)
+            .map_err(|e| fail(e.code, e.message))?;
+        if self.cli.approve == Some(ApproveArg::Inbox) && !matches!(self.cli.command, Command::Serve { .. }) {
+            executor.offer_inbox(crate::mcp::DEFAULT_APPROVAL_TIMEOUT);
+        }
+        Ok(executor)
     }
 }
 

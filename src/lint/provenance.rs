@@ -2,6 +2,8 @@
 //! signature vouches for (WL121), and a component that imports network
 //! interfaces none of its tools is granted (WL122). The imports are host
 //! facts `warden audit` reads from the components ([`super::Surroundings`]).
+//! And about who said yes ahead of time: lasting approvals that can no longer
+//! apply (WL123) or cover every call for ever (WL124).
 
 use super::*;
 
@@ -43,6 +45,42 @@ pub(super) fn lint_plugins(l: &mut Linter<'_>, raw: &RawPolicy, around: &Surroun
                     "plugin {name}: the component imports {} but none of its tools has net.connect: it asks for \
                      more than the policy gives it; ask its author why, or prefer a build without networking",
                     net.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// WL123 and WL124 for each entry of `warden.approvals.toml`, at its line there.
+pub(super) fn lint_lasting(l: &mut Linter<'_>, around: &Surroundings) {
+    use crate::approval::lasting::Match;
+    let Some((path, text, entries)) = &around.lasting else { return };
+    for (e, inert) in entries {
+        let needle = format!("id = \"{}\"", e.id);
+        let line = text.lines().position(|l| l.trim() == needle).map_or(0, |i| i + 1);
+        let mut push = |id: &'static str, message: String| {
+            let r = rules::rule(id);
+            l.findings.push(Finding {
+                rule: r.id,
+                severity: r.severity,
+                message,
+                file: path.display().to_string(),
+                line,
+                column: 1,
+            });
+        };
+        if let Some(why) = inert {
+            push(
+                "WL123",
+                format!("lasting approval {} of {}: {why}; `warden approvals revoke {}`", e.id, e.tool, e.id),
+            );
+        } else if e.matches == Match::Tool && e.until.is_none() {
+            push(
+                "WL124",
+                format!(
+                    "lasting approval {} approves every call of {} with no end date; narrow it to a rule or give it \
+                     --until, or `warden approvals revoke {}`",
+                    e.id, e.tool, e.id
                 ),
             );
         }

@@ -305,6 +305,30 @@ pub const RULES: &[LintRule] = &[
         security_severity: "3.0",
     },
     LintRule {
+        id: "WL123",
+        name: "lasting-approval-inert",
+        severity: Severity::Warning,
+        short: "A lasting approval can no longer apply",
+        full: "An entry of warden.approvals.toml has expired, names a tool the policy no longer offers, or was given \
+               for a definition of the tool (its policy entry, description or input schema) that has changed since. \
+               warden never applies it, so the person who relies on it is asked again; an entry nobody can use is \
+               noise in a file people review.",
+        help: "Revoke it with `warden approvals revoke ID`; approve the changed tool anew if it is still wanted.",
+        security_severity: "1.0",
+    },
+    LintRule {
+        id: "WL124",
+        name: "lasting-approval-unbounded",
+        severity: Severity::Warning,
+        short: "A lasting approval covers every call of a tool with no end date",
+        full: "An entry with match = \"tool\" and no `until` approves every call of an ask tool in its workspace for \
+               as long as the tool's definition stays the same: an agent steered by a prompt injection gets the same \
+               yes as the task the person had in mind.",
+        help: "Narrow it to a rule (`warden approvals always ID --match rule --when ARG=REGEX`) or give it an end \
+               (`--until YYYY-MM-DD`); revoke it with `warden approvals revoke ID`.",
+        security_severity: "4.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,

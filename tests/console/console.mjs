@@ -59,6 +59,13 @@ try {
   const r0 = await call('read_file', { path: 'a.txt' });
   check(!r0.result?.isError, 'read_file: ' + resultText(r0));
   await page.waitForSelector('#calls-body tr[data-status="success"]:has(td.tool:text-is("read_file"))');
+  // A slower call shows while it runs (its call_start event), then ends (its record).
+  const slow = call('sh', { command: 'sleep 2; echo slept' });
+  await page.waitForSelector('#calls-body tr[data-status="running"]:has(td.tool:text-is("sh"))');
+  await shot('live');
+  const r5 = await slow;
+  check(!r5.result?.isError && resultText(r5).includes('slept'), 'sh: ' + resultText(r5));
+  await page.waitForSelector('#calls-body tr[data-status="success"]:has(td.tool:text-is("sh"))');
 
   step('a job is followed and cancelled from the page');
   const r3 = await call('bg', { command: 'i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done' });
@@ -89,7 +96,6 @@ try {
   const card = page.locator('#approvals-list .card').first();
   await card.waitFor();
   check((await card.textContent()).includes('write_file'), 'the card names the tool');
-  await page.waitForSelector('#calls-body tr[data-status="running"]:has(td.tool:text-is("write_file"))');
   await shot('approval');
   await card.getByRole('button', { name: 'Approve', exact: true }).click();
   const r1 = await approved;

@@ -21,6 +21,7 @@
 mod components;
 mod filesystem;
 mod hostside;
+mod inbox;
 mod itself;
 mod network;
 mod persistence;
@@ -115,6 +116,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(components::cases());
     v.extend(policy::cases());
     v.extend(hostside::cases());
+    v.extend(inbox::cases());
     v.extend(itself::cases());
     v.extend(persistence::cases());
     v.extend(supply::cases());

@@ -89,6 +89,12 @@ pub struct Executor {
     writable: Vec<std::path::PathBuf>,
     /// Results of `cache = "…"` tools.
     cache: ResultCache,
+    /// Where calls whose client cannot ask wait for a person, when offered.
+    inbox: Option<approval::inbox::Settings>,
+    /// Lasting approvals (`warden.approvals.toml`).
+    lasting: approval::lasting::Lasting,
+    /// Where calls are announced as they start (`warden serve`), for the console.
+    events: Option<crate::live::Events>,
 }
 
 /// What the pipeline learnt about a call, for its audit record.
@@ -110,6 +116,8 @@ struct Trace {
     content: Option<Value>,
     /// A component tool's provenance: plugin, source, sha256, signer.
     component: Option<Value>,
+    /// Who answered, where (inbox answers and lasting approvals).
+    approval: Option<Value>,
 }
 
 fn random_id(prefix: &str) -> String {
@@ -134,7 +142,7 @@ impl Executor {
     /// `PLUGIN.TOOL`): no other tool is prepared, so `warden call` loads nothing
     /// the call does not need (see [`Catalog::build_for`]).
     pub fn new_for(
-        policy: Policy,
+        mut policy: Policy,
         approver: Approver,
         audit: AuditLog,
         options: Options,
@@ -142,6 +150,15 @@ impl Executor {
     ) -> Result<Executor, CallError> {
         // A write past an rlimit must fail (and be reported), never kill warden between a run and its record.
         warden_sandbox::limits::ignore_sigxfsz();
+        // The record and the approvals inbox are warden's own, whoever embeds the
+        // executor: every call protects them inside its write grants.
+        let log = std::path::absolute(audit.path()).unwrap_or_else(|_| audit.path().to_path_buf());
+        let live = crate::live::Live::for_log(&log).path().to_path_buf();
+        for (what, path) in [("audit log", log), ("approvals inbox", live)] {
+            if !policy.own_files.iter().any(|(_, p)| *p == path) {
+                policy.own_files.push((what.to_string(), path));
+            }
+        }
         // A call of one tool is a process's only call (`warden call`): no instance pool.
         let runtime = match only {
             Some(_) => ComponentRuntime::one_shot(options.cache_dir),
@@ -152,6 +169,7 @@ impl Executor {
         let pins = Pins::load(policy.lock_path.as_deref());
         let catalog = Catalog::build_for(&policy, &runtime, &servers, &pins, only);
         let writable = policy.writable_roots();
+        let lasting = approval::lasting::Lasting::new(policy.approvals_path());
         Ok(Executor {
             policy,
             catalog,
@@ -164,7 +182,30 @@ impl Executor {
             session: random_id("s"),
             writable,
             cache: ResultCache::default(),
+            inbox: None,
+            lasting,
+            events: None,
         })
+    }
+
+    /// Announces each call as it starts in the live directory's
+    /// `events/PID.jsonl` (for `warden console`), unless `WARDEN_LIVE_EVENTS=off`.
+    pub fn announce_calls(&mut self) {
+        if std::env::var("WARDEN_LIVE_EVENTS").is_ok_and(|v| v == "off") {
+            return;
+        }
+        let live = crate::live::Live::for_log(self.audit.path());
+        match live.ensure() {
+            Ok(()) => self.events = Some(live.events()),
+            Err(e) => tracing::warn!("{e}; calls are not announced to warden console"),
+        }
+    }
+
+    /// Lets calls whose client cannot ask wait in warden's inbox (beside the
+    /// audit log) for up to `timeout`, for tools the policy lets wait.
+    pub fn offer_inbox(&mut self, timeout: std::time::Duration) {
+        let live = crate::live::Live::for_log(self.audit.path());
+        self.inbox = Some(approval::inbox::Settings { live, timeout });
     }
 
     /// The policy.
@@ -244,11 +285,22 @@ impl Executor {
                 cache_probe: None,
                 content: None,
                 component: None,
+                approval: None,
             },
         };
         let sha = ready.args_sha256.clone();
         match self.pipeline(&ready.call, args_bytes.len(), &sha, &mut ready.trace, hooks) {
-            Ok(None) => Begun::Ready(ready),
+            Ok(None) => {
+                if let Some(events) = &self.events {
+                    let mut fields = serde_json::Map::new();
+                    fields.insert("call_id".into(), ready.call_id.clone().into());
+                    fields.insert("tool".into(), ready.call.tool.clone().into());
+                    fields.insert("session".into(), self.session.clone().into());
+                    fields.insert("args".into(), crate::audit::redact(&ready.call.args));
+                    events.emit("call_start", fields);
+                }
+                Begun::Ready(ready)
+            }
             Ok(Some(hit)) => Begun::Done(self.conclude(ready, Ok(hit))),
             Err(e) => Begun::Done(self.conclude(ready, Err(e))),
         }
@@ -302,6 +354,7 @@ impl Executor {
             cache: None,
             content: None,
             component: None,
+            approval: ready.trace.approval.clone(),
         }
     }
 
@@ -470,7 +523,8 @@ impl Executor {
         }
 
         // Approve.
-        self.approve(spec, (tier, rule.map(|r| r.location.as_str())), call, args_sha256, trace, hooks)?;
+        let definition = || approval::lasting::definition(spec, &ready.description, &ready.schema);
+        self.approve(spec, (tier, rule.map(|r| r.location.as_str())), call, (args_sha256, &definition), trace, hooks)?;
         trace.decision = Decision::Allowed;
         if hooks.cancel.is_cancelled() {
             return Err(CallError::new(ErrorCode::Cancelled, format!("{name}: cancelled by the caller before it ran")));
@@ -499,44 +553,108 @@ impl Executor {
         spec: &crate::policy::ToolSpec,
         (tier, rule): (Tier, Option<&str>),
         call: &ToolCall,
-        args_sha256: &str,
+        (args_sha256, definition): (&str, &dyn Fn() -> String),
         trace: &mut Trace,
         hooks: &CallHooks<'_>,
     ) -> Result<(), CallError> {
         let name = spec.name.as_str();
         trace.approved_by = Some(ApprovedBy::Auto);
-        if matches!(tier, Tier::Ask | Tier::Confirm) {
-            let builtin_fs = spec
-                .plugin()
-                .and_then(|p| self.policy.plugins.get(p))
-                .is_some_and(|p| p.source == PluginSource::Builtin("fs".into()));
-            let preview = if builtin_fs {
-                approval::preview::for_fs_tool(name, &call.args, &self.policy.workspace)
-            } else {
-                String::new()
-            };
-            let location = rule.unwrap_or(spec.location.as_str());
-            let request = approval::Request { tool: name, tier, args: &call.args, args_sha256, preview, location };
-            let verdict = match hooks.approve {
+        if !matches!(tier, Tier::Ask | Tier::Confirm) {
+            return Ok(());
+        }
+        let builtin_fs = spec
+            .plugin()
+            .and_then(|p| self.policy.plugins.get(p))
+            .is_some_and(|p| p.source == PluginSource::Builtin("fs".into()));
+        let preview = if builtin_fs {
+            approval::preview::for_fs_tool(name, &call.args, &self.policy.workspace)
+        } else {
+            String::new()
+        };
+        let location = rule.unwrap_or(spec.location.as_str());
+        let request = approval::Request {
+            tool: name,
+            tier,
+            args: &call.args,
+            args_sha256,
+            preview,
+            location,
+            session: &self.session,
+        };
+        let definition = definition();
+        let lasting = self.lasting.find(&request, &definition, &self.policy.workspace);
+        let verdict = match lasting {
+            Some(e) => Verdict::Answered(approval::Answered {
+                approved: true,
+                by: ApprovedBy::Lasting,
+                id: e.id,
+                who: e.who,
+                via: e.via,
+                reason: String::new(),
+            }),
+            None => match hooks.approve {
                 Some(approve) => approve(&request),
                 None => self.approver.approve(&request),
-            };
-            match verdict {
-                Verdict::Approved(by) => trace.approved_by = Some(by),
-                Verdict::Rejected(why) => {
-                    trace.approved_by =
-                        Some(if hooks.approve.is_some() { ApprovedBy::Elicitation } else { ApprovedBy::Prompt });
+            },
+        };
+        let verdict = match verdict {
+            Verdict::CannotAsk(why) => self.wait_in_inbox(spec, &request, why, &definition, hooks),
+            v => v,
+        };
+        match verdict {
+            Verdict::Approved(by) => trace.approved_by = Some(by),
+            Verdict::Answered(a) => {
+                trace.approved_by = Some(a.by);
+                trace.approval = Some(a.to_json());
+                if !a.approved {
                     trace.decision = Decision::Rejected;
-                    return Err(CallError::new(ErrorCode::Rejected, why));
+                    return Err(CallError::new(ErrorCode::Rejected, a.reason));
                 }
-                Verdict::Required(why) => {
-                    trace.approved_by = None;
-                    trace.decision = Decision::ApprovalRequired;
-                    return Err(CallError::new(ErrorCode::ApprovalRequired, why));
-                }
+            }
+            Verdict::Rejected(why) => {
+                trace.approved_by =
+                    Some(if hooks.approve.is_some() { ApprovedBy::Elicitation } else { ApprovedBy::Prompt });
+                trace.decision = Decision::Rejected;
+                return Err(CallError::new(ErrorCode::Rejected, why));
+            }
+            Verdict::Required(why) | Verdict::CannotAsk(why) => {
+                trace.approved_by = None;
+                trace.decision = Decision::ApprovalRequired;
+                return Err(CallError::new(ErrorCode::ApprovalRequired, why));
             }
         }
         Ok(())
+    }
+
+    /// A call whose channel cannot ask: it waits in warden's inbox when one is
+    /// offered ([`Executor::offer_inbox`]) and its tool may (`inbox`), else it
+    /// is refused with `why`.
+    fn wait_in_inbox(
+        &self,
+        spec: &crate::policy::ToolSpec,
+        request: &approval::Request<'_>,
+        why: String,
+        definition: &str,
+        hooks: &CallHooks<'_>,
+    ) -> Verdict {
+        let Some(settings) = &self.inbox else {
+            return Verdict::Required(why);
+        };
+        if !self.policy.may_wait(spec) {
+            return Verdict::Required(format!(
+                "{why} (the policy sets inbox = false for {}, so it does not wait in warden's approval inbox)",
+                spec.name
+            ));
+        }
+        let file = self.policy.approvals_path();
+        let ctx = approval::inbox::Context {
+            file: file.as_deref(),
+            workspace: &self.policy.workspace,
+            definition,
+            client: hooks.client.unwrap_or("warden call"),
+            progress: hooks.progress.as_ref(),
+        };
+        approval::inbox::ask(settings, request, &why, &hooks.cancel, &ctx)
     }
 
     /// The reuse stage: a read-only auto tool's fresh cached result, if there is

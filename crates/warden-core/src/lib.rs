@@ -18,6 +18,7 @@ pub mod audit;
 pub mod cache;
 pub mod catalog;
 pub mod executor;
+pub mod live;
 pub mod lock;
 pub mod poisoning;
 pub mod workspace_read;

@@ -193,7 +193,16 @@ pub fn pre_approve_hint(req: &Request<'_>) -> String {
     format!(". To pre-approve it, set tier = \"auto\" (or add an auto rule) at {}", req.location)
 }
 
-/// The verdict for a client that cannot be asked.
+/// The verdict for a client that cannot be asked at all: the call waits in
+/// warden's inbox where `serve` offers one and the tool may.
+pub fn no_channel(req: &Request<'_>, why: &str) -> Verdict {
+    match cannot_ask(req, why) {
+        Verdict::Required(m) => Verdict::CannotAsk(m),
+        v => v,
+    }
+}
+
+/// The verdict for a client whose asking failed.
 pub fn cannot_ask(req: &Request<'_>, why: &str) -> Verdict {
     Verdict::Required(format!(
         "{} needs approval (tier {}) and {why}; nothing ran{}",

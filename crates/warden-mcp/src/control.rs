@@ -37,19 +37,17 @@ impl Drop for Control {
 }
 
 /// `L.live/procs`, made (0700) when missing; refused when it is not a
-/// directory of warden's uid.
+/// directory of warden's uid closed to others.
 fn procs_dir(log: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let mut live = log.as_os_str().to_owned();
-    live.push(".live");
-    let procs = PathBuf::from(live).join("procs");
-    let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&procs);
+    let live = warden_core::live::Live::for_log(log);
+    live.ensure()?;
+    let procs = live.path().join("procs");
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&procs);
     let uid = nix::unistd::geteuid().as_raw();
-    for dir in [procs.parent().unwrap_or(&procs), procs.as_path()] {
-        let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
-            return Err(format!("{} is not a directory of uid {uid} with mode 0700", dir.display()));
-        }
+    let m = std::fs::symlink_metadata(&procs).map_err(|e| format!("{}: {e}", procs.display()))?;
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(format!("{} is not a directory of uid {uid} with mode 0700", procs.display()));
     }
     Ok(procs)
 }

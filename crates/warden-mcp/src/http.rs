@@ -76,6 +76,9 @@ pub struct HttpOptions {
     pub token: String,
     /// Origins admitted besides loopback ones (exact `scheme://host:port`).
     pub allowed_origins: Vec<String>,
+    /// Names admitted in `Host` besides loopback names and the listening
+    /// address (`--allow-host`: service names), lowercase.
+    pub allowed_hosts: Vec<String>,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -294,7 +297,7 @@ pub async fn serve(shared: Arc<Shared>, options: HttpOptions) -> Result<(), Stri
     let limits = Limits::new(raise_nofile())?;
     let (listener, local) = bind(options.addr)?;
     let legacy = shared.legacy_tasks();
-    let mcp = mcp_service(shared, local, &options.token);
+    let mcp = mcp_service(shared, local, &options.token, &options.allowed_hosts);
     eprintln!("warden: serving MCP at http://{local}/mcp");
     tracing::debug!("HTTP limits: {limits:?}");
     let registry = Arc::new(Registry::default());
@@ -371,11 +374,13 @@ fn mcp_service(
     shared: Arc<Shared>,
     local: SocketAddr,
     token: &str,
+    allowed: &[String],
 ) -> StreamableHttpService<WardenServer, NeverSessionManager> {
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
     if !local.ip().is_unspecified() {
         hosts.push(local.ip().to_string());
     }
+    hosts.extend(allowed.iter().cloned());
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)

@@ -300,7 +300,8 @@ impl Jobs {
         // The latest report is kept for job_status and tasks' status message.
         let sink: ProgressSink = Arc::new(move |p: &Progress| *lock(&progress) = Some(p.clone()));
         let spawned = std::thread::Builder::new().name("warden-job".into()).spawn(move || {
-            let hooks = CallHooks { approve: None, cancel, tap: Some(tap), progress: Some(sink), run: None };
+            let hooks =
+                CallHooks { approve: None, cancel, tap: Some(tap), progress: Some(sink), run: None, client: None };
             // A panic must not leave the job `running` for ever, holding a place among max_jobs.
             let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(ready, &hooks)))
                 .unwrap_or_else(|_| CallResponse {

@@ -43,6 +43,9 @@ pub struct ServeOptions {
     /// `--approve yes|deny` was given: the flag answers every approval (yes:
     /// approved as `flag`; deny: `APPROVAL_REQUIRED`), and the client is never asked.
     pub approver_only: bool,
+    /// Calls whose client cannot ask (or, with `approver_only`, every call
+    /// needing approval) wait in warden's inbox for a person.
+    pub inbox: bool,
     /// Serve Streamable HTTP instead of stdio.
     pub http: Option<http::HttpOptions>,
 }
@@ -63,7 +66,13 @@ fn state_key() -> Result<Vec<u8>, String> {
 }
 
 /// Runs the server until stdin closes (stdio) or a signal arrives (HTTP).
-pub fn serve(executor: Executor, options: ServeOptions) -> Result<(), String> {
+pub fn serve(mut executor: Executor, options: ServeOptions) -> Result<(), String> {
+    // A client that cannot ask its user leaves the call waiting in warden's
+    // inbox (unless `--approve yes|deny` answers everything).
+    if options.inbox {
+        executor.offer_inbox(options.approval_timeout);
+    }
+    executor.announce_calls();
     // A server writes many records: they overwrite blank fill, so each
     // fdatasync commits data only (cut off again when the log is closed).
     executor.audit_log().grow_in_chunks(warden_core::audit::GROWTH_CHUNK);

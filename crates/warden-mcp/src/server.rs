@@ -186,8 +186,19 @@ impl WardenServer {
         let can_elicit = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
         if shared.approver_only {
             None
+        } else if !modern && self.grants.is_none() {
+            // Stateless HTTP keeps no connection to send a 2025-11-25 client a
+            // request on, whatever it declared.
+            Some(Asker::Nobody(
+                "this MCP client speaks the 2025-11-25 protocol over Streamable HTTP, where warden's stateless \
+                 transport cannot send it an elicitation request",
+                "MCP client over Streamable HTTP (2025-11-25)",
+            ))
         } else if !can_elicit {
-            Some(Asker::Nobody("this MCP client cannot ask its user (it did not declare the elicitation capability)"))
+            Some(Asker::Nobody(
+                "this MCP client cannot ask its user (it did not declare the elicitation capability)",
+                if modern { "MCP client without elicitation (2026-07-28)" } else { "MCP client without elicitation" },
+            ))
         } else if modern {
             Some(Asker::Stateless(Arc::new(Stateless {
                 state: request.request_state.clone(),
@@ -205,10 +216,8 @@ impl WardenServer {
                 grants: grants.clone(),
             }))
         } else {
-            Some(Asker::Nobody(
-                "this MCP client uses the legacy protocol over stateless HTTP, where warden cannot ask it \
-                 (use the 2026-07-28 protocol or stdio)",
-            ))
+            // Unreachable: a legacy call without grants is stateless HTTP, handled above.
+            Some(Asker::Nobody("this MCP client cannot be asked", "MCP client"))
         }
     }
 }
@@ -225,7 +234,8 @@ enum Outcome {
 enum Asker {
     Live(Live),
     Stateless(Arc<Stateless>),
-    Nobody(&'static str),
+    /// Why it cannot be asked, and how the agent reached warden.
+    Nobody(&'static str, &'static str),
 }
 
 /// Turns the switch on if the request's future is dropped before the call ends.
@@ -529,7 +539,7 @@ impl CallThread {
             match &asker {
                 Some(Asker::Live(live)) => live.ask(req),
                 Some(Asker::Stateless(s)) => s.ask(req),
-                Some(Asker::Nobody(why)) => approval::cannot_ask(req, why),
+                Some(Asker::Nobody(why, _)) => approval::no_channel(req, why),
                 // Never installed without an asker (see below).
                 None => approval::cannot_ask(req, "no approval channel is configured"),
             }
@@ -537,7 +547,11 @@ impl CallThread {
         // Without an asker, the executor's own approver answers (`--approve yes|deny`).
         let approve: Option<&(dyn Fn(&Request<'_>) -> Verdict + Sync)> =
             if asker.is_some() { Some(&hook) } else { None };
-        let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink, run: None };
+        let client = match &asker {
+            Some(Asker::Nobody(_, client)) => Some(*client),
+            _ => None,
+        };
+        let hooks = CallHooks { approve, cancel: switch, tap: None, progress: sink, run: None, client };
         let ready = match worker.executor.begin(ToolCall::new(name, args), &hooks) {
             Begun::Done(response) => return Outcome::Response(response),
             Begun::Ready(ready) => ready,

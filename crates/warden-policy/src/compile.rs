@@ -190,6 +190,7 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         profile: None,
         max_jobs,
         own_files: own_files(origin, dir),
+        inbox: raw.defaults.inbox.unwrap_or(true),
     })
 }
 
@@ -370,6 +371,7 @@ fn own_files(origin: &str, dir: &Path) -> Vec<(String, PathBuf)> {
         vec![
             ("policy file".to_string(), absolute(Path::new(origin))),
             ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
+            ("lasting approvals".to_string(), absolute(&dir.join(crate::APPROVALS_FILE))),
         ]
     }
 }

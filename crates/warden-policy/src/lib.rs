@@ -28,6 +28,9 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
+
+/// Lasting approvals, beside the policy file.
+pub const APPROVALS_FILE: &str = "warden.approvals.toml";
 pub use oci::OciRef;
 pub use profile::Profile;
 
@@ -136,9 +139,22 @@ pub struct Policy {
     /// Every call protects those inside its write grants, whatever the policy
     /// says: a tool that rewrote them would set its own walls or record.
     pub own_files: Vec<(String, PathBuf)>,
+    /// `[defaults] inbox` (default `true`): calls whose client cannot ask wait
+    /// in warden's approval inbox, where the command line or `serve` offers one.
+    pub inbox: bool,
 }
 
 impl Policy {
+    /// Whether a call of `spec` whose client cannot ask may wait in the inbox.
+    pub fn may_wait(&self, spec: &ToolSpec) -> bool {
+        spec.inbox.unwrap_or(self.inbox)
+    }
+
+    /// `warden.approvals.toml` beside the policy file (`None` for the embedded default policy).
+    pub fn approvals_path(&self) -> Option<PathBuf> {
+        self.lock_path.as_ref().map(|l| l.with_file_name(APPROVALS_FILE))
+    }
+
     /// Chooses `[profiles.NAME]`: from now on only its tools are offered, at
     /// its tiers. An unknown name is an error naming the profiles there are.
     pub fn select_profile(&mut self, name: &str) -> Result<(), String> {
@@ -232,6 +248,7 @@ impl ServerSpec {
             cache: None,
             hidden_by: None,
             background: false,
+            inbox: None,
         }
     }
 }
@@ -618,6 +635,9 @@ pub struct ToolSpec {
     /// `background = true`: under `warden serve` a call answers at once with a
     /// job handle and runs on (see `crate::mcp::jobs`); elsewhere it runs in the foreground.
     pub background: bool,
+    /// `inbox = true|false`: whether a call whose client cannot ask may wait in
+    /// warden's approval inbox (`None`: `[defaults] inbox`, see [`Policy::inbox`]).
+    pub inbox: Option<bool>,
 }
 
 /// A policy that could not be loaded: each problem with its place in the file.

@@ -57,6 +57,9 @@ pub struct RawDefaults {
     pub memory: Option<PolicySize>,
     /// `max_jobs = N`: background jobs running at once under `serve`.
     pub max_jobs: Option<Spanned<i64>>,
+    /// `inbox = false`: a call whose client cannot ask is refused at once
+    /// instead of waiting in warden's approval inbox.
+    pub inbox: Option<bool>,
 }
 
 /// `[sandbox]`
@@ -110,6 +113,9 @@ pub struct RawTool {
     pub cache: Option<Spanned<PolicyDuration>>,
     /// `background = true`: under `serve`, a call answers at once with a job handle.
     pub background: Option<Spanned<bool>>,
+    /// `inbox = false`: refused at once when its client cannot ask, instead of
+    /// waiting in warden's approval inbox (`[defaults] inbox` otherwise).
+    pub inbox: Option<Spanned<bool>>,
 }
 
 /// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect` / `fs.git_init`

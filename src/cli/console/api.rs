@@ -38,7 +38,7 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
                 }
                 Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many pages follow this console; close one"),
             },
-            "/api/inbox" => json(StatusCode::OK, &Value::Array(super::feed::pending(&c.live))),
+            "/api/inbox" => json(StatusCode::OK, &Value::Array(super::feed::pending(&c.log))),
             "/api/jobs" => json(StatusCode::OK, &jobs(&c.live).await),
             "/api/verify" => blocking(move || Ok(verify(&c.log))).await,
             "/api/definitions" => blocking(move || super::defs::pending(&c.session)).await,
@@ -62,7 +62,7 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
     };
     let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     match path.as_str() {
-        "/api/answer" => super::defs::answer(&c, &body).await,
+        "/api/answer" => answer(&c, &body).await,
         "/api/search" => blocking(move || Ok(search(&c.log, &body))).await,
         "/api/jobs/output" | "/api/jobs/cancel" => {
             let op = if path.ends_with("output") { "output" } else { "cancel" };
@@ -80,6 +80,42 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
             blocking(move || super::defs::accept(&session, &owner)).await
         }
         _ => text(StatusCode::NOT_FOUND, "Not found"),
+    }
+}
+
+/// `POST /api/answer {"id", "args_sha256", "answer": "approve|reject|always",
+/// "reason", "lasting"}`: the person's answer to a pending approval, through
+/// the inbox's own code (first answer wins; changed arguments are refused),
+/// recorded with who gave it and `via: "console ADDR"`.
+async fn answer(c: &Console, body: &Value) -> http::Response<Body> {
+    use warden_core::live::{Answer, AnswerKind, Live};
+    let s = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let kind = match s("answer").as_str() {
+        "approve" => AnswerKind::Approve,
+        "reject" => AnswerKind::Reject,
+        "always" => AnswerKind::Always,
+        other => return text(StatusCode::BAD_REQUEST, format!("answer {other:?}: give approve, reject or always")),
+    };
+    let reason: Option<String> =
+        Some(s("reason")).filter(|r| !r.trim().is_empty()).map(|r| r.chars().take(500).collect());
+    let lasting = match kind {
+        AnswerKind::Always => body.get("lasting").filter(|v| v.is_object()).cloned(),
+        _ => None,
+    };
+    let a = Answer {
+        id: s("id"),
+        args_sha256: s("args_sha256"),
+        answer: kind,
+        reason,
+        lasting,
+        who: warden_core::live::whoami(),
+        via: c.via.clone(),
+    };
+    let inbox = Live::for_log(&c.log).inbox();
+    match tokio::task::spawn_blocking(move || inbox.answer(&a).map(|()| a)).await {
+        Ok(Ok(a)) => json(StatusCode::OK, &json!({"answered": true, "id": a.id, "who": a.who, "via": a.via})),
+        Ok(Err(e)) => text(StatusCode::CONFLICT, e),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

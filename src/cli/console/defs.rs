@@ -117,9 +117,3 @@ pub(super) fn accept(s: &Session, owner: &str) -> Result<Value, String> {
     })
     .map_err(message)
 }
-
-/// `POST /api/answer`: an answer to a pending approval (after the live
-/// directory's inbox lands).
-pub(super) async fn answer(_c: &super::Console, _body: &Value) -> http::Response<super::Body> {
-    super::text(http::StatusCode::NOT_IMPLEMENTED, "not yet")
-}

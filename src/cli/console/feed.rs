@@ -28,8 +28,6 @@ pub(super) const QUEUE: usize = 256;
 pub(super) const BACKLOG: usize = 300;
 /// The most bytes read from one file per poll.
 pub(super) const CHUNK: u64 = 1 << 20;
-/// The largest inbox file read.
-pub(super) const MAX_PENDING_BYTES: u64 = 256 << 10;
 /// A comment line this often keeps proxies and the page's reader awake.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(15);
 
@@ -130,31 +128,21 @@ impl Tail {
     }
 }
 
-/// The pending approvals in `L.live/inbox`, oldest first, each marked
-/// `answered` once an answer file waits beside it.
-pub(super) fn pending(live: &Path) -> Vec<Value> {
-    let dir = live.join("inbox");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
-    let mut out: Vec<Value> = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        let Some(id) = name.strip_suffix(".json").filter(|id| id.starts_with("a-") && !id.contains('.')) else {
-            continue;
-        };
-        let Ok(f) = std::fs::File::open(e.path()) else { continue };
-        let mut text = String::new();
-        if f.take(MAX_PENDING_BYTES).read_to_string(&mut text).is_err() {
-            continue;
-        }
-        let Ok(mut v) = serde_json::from_str::<Value>(&text) else { continue };
-        if v.get("id").and_then(Value::as_str) != Some(id) {
-            continue;
-        }
-        v["answered"] = json!(dir.join(format!("{id}.answer.json")).exists());
-        out.push(v);
-    }
-    out.sort_by_key(|v| v.get("created_ms").and_then(Value::as_u64).unwrap_or(0));
-    out
+/// The pending approvals in `L.live/inbox`, oldest first (the inbox's own
+/// reading: ids checked, expired ones and those of dead processes removed),
+/// each marked `answered` once an answer waits beside it.
+pub(super) fn pending(log: &Path) -> Vec<Value> {
+    let inbox = crate::live::Live::for_log(log).inbox();
+    inbox
+        .list()
+        .into_iter()
+        .filter_map(|p| {
+            let answered = inbox.answered(&p.id);
+            let mut v = serde_json::to_value(p).ok()?;
+            v["answered"] = json!(answered);
+            Some(v)
+        })
+        .collect()
 }
 
 /// The events files, each followed from its last [`BACKLOG`] lines.
@@ -187,8 +175,8 @@ struct Changes {
     inbox: Vec<Value>,
 }
 
-fn poll(files: &mut Files, live: &Path) -> Changes {
-    Changes { records: files.log.next(), events: events(live, &mut files.events), inbox: pending(live) }
+fn poll(files: &mut Files, log: &Path, live: &Path) -> Changes {
+    Changes { records: files.log.next(), events: events(live, &mut files.events), inbox: pending(log) }
 }
 
 async fn run(c: Arc<Console>, tx: tokio::sync::mpsc::Sender<Bytes>) {
@@ -200,9 +188,9 @@ async fn run(c: Arc<Console>, tx: tokio::sync::mpsc::Sender<Bytes>) {
         return;
     }
     while let Some(mut f) = files.take() {
-        let live = c.live.clone();
+        let (log, live) = (c.log.clone(), c.live.clone());
         let Ok((f, changes)) = tokio::task::spawn_blocking(move || {
-            let changes = poll(&mut f, &live);
+            let changes = poll(&mut f, &log, &live);
             (f, changes)
         })
         .await

@@ -93,9 +93,7 @@ pub(super) fn console(s: Arc<Session>, listen: Option<SocketAddr>, allow_host: V
 
 /// The live directory of the log at `log` (`L.live`).
 pub(super) fn live_dir(log: &std::path::Path) -> PathBuf {
-    let mut name = log.as_os_str().to_owned();
-    name.push(".live");
-    PathBuf::from(name)
+    crate::live::Live::for_log(log).path().to_path_buf()
 }
 
 /// The `Host` values a console on `port` answers to.

@@ -11,6 +11,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod inbox;
+pub mod lasting;
 pub mod preview;
 mod prompt;
 
@@ -49,6 +51,10 @@ pub enum ApprovedBy {
     Flag,
     /// An MCP client's elicitation.
     Elicitation,
+    /// A person answering in warden's inbox (`warden approvals`, the console).
+    Inbox,
+    /// A lasting approval a person gave earlier (`warden.approvals.toml`).
+    Lasting,
 }
 
 /// The answer for one call.
@@ -60,6 +66,36 @@ pub enum Verdict {
     Rejected(String),
     /// Nobody could answer.
     Required(String),
+    /// This channel cannot ask a person (why): the call waits in warden's
+    /// inbox where one is offered and its tool may, else it is `Required`.
+    CannotAsk(String),
+    /// A person answered through warden's inbox, or a lasting approval they
+    /// gave covers the call: the record says who and where.
+    Answered(Answered),
+}
+
+/// An answer with its author, for the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// Whether the call may run.
+    pub approved: bool,
+    /// How: [`ApprovedBy::Inbox`] or [`ApprovedBy::Lasting`].
+    pub by: ApprovedBy,
+    /// The inbox id (`a-…`) or lasting approval id (`l-…`).
+    pub id: String,
+    /// `name (uid N)`.
+    pub who: String,
+    /// `terminal /dev/pts/3`, `console 127.0.0.1:PORT`.
+    pub via: String,
+    /// A rejection's message for the agent.
+    pub reason: String,
+}
+
+impl Answered {
+    /// The record's `approval` field.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"id": self.id, "who": self.who, "via": self.via})
+    }
 }
 
 /// What a person is asked about.
@@ -77,6 +113,8 @@ pub struct Request<'a> {
     pub preview: String,
     /// Where the tool's tier is set, for the "pre-approve it" hint.
     pub location: &'a str,
+    /// The session the call belongs to.
+    pub session: &'a str,
 }
 
 #[derive(Debug, Clone)]
@@ -133,7 +171,7 @@ impl Approver {
         }
         match self.mode {
             ApproveMode::Yes => Verdict::Approved(ApprovedBy::Flag),
-            ApproveMode::Deny => Verdict::Required(required_message(req)),
+            ApproveMode::Deny => Verdict::CannotAsk(required_message(req)),
             ApproveMode::Prompt => {
                 let _one_at_a_time = self.terminal.lock().unwrap_or_else(PoisonError::into_inner);
                 // An answer given while this call waited for the terminal may cover it.
@@ -189,7 +227,15 @@ mod tests {
     use super::*;
 
     fn req<'a>(tier: Tier, args: &'a serde_json::Value, sha: &'a str) -> Request<'a> {
-        Request { tool: "write_file", tier, args, args_sha256: sha, preview: String::new(), location: "p:1:1" }
+        Request {
+            tool: "write_file",
+            tier,
+            args,
+            args_sha256: sha,
+            preview: String::new(),
+            location: "p:1:1",
+            session: "s",
+        }
     }
 
     #[test]
@@ -197,7 +243,7 @@ mod tests {
         let a = Approver::new(ApproveMode::Deny);
         let args = serde_json::json!({});
         match a.approve(&req(Tier::Ask, &args, "h")) {
-            Verdict::Required(m) => assert!(m.contains("p:1:1")),
+            Verdict::CannotAsk(m) => assert!(m.contains("p:1:1")),
             other => panic!("expected Required, got {other:?}"),
         }
     }
@@ -208,10 +254,10 @@ mod tests {
         let args = serde_json::json!({});
         a.grant("write_file", None);
         assert_eq!(a.approve(&req(Tier::Ask, &args, "h1")), Verdict::Approved(ApprovedBy::Grant));
-        assert!(matches!(a.approve(&req(Tier::Confirm, &args, "h1")), Verdict::Required(_)));
+        assert!(matches!(a.approve(&req(Tier::Confirm, &args, "h1")), Verdict::CannotAsk(_)));
         a.grant("write_file", Some("h2"));
         assert_eq!(a.approve(&req(Tier::Confirm, &args, "h2")), Verdict::Approved(ApprovedBy::Grant));
-        assert!(matches!(a.approve(&req(Tier::Confirm, &args, "h3")), Verdict::Required(_)));
+        assert!(matches!(a.approve(&req(Tier::Confirm, &args, "h3")), Verdict::CannotAsk(_)));
     }
 
     #[test]
@@ -230,6 +276,6 @@ mod tests {
         a.ttl = Duration::ZERO;
         let args = serde_json::json!({});
         a.grant("write_file", None);
-        assert!(matches!(a.approve(&req(Tier::Ask, &args, "h")), Verdict::Required(_)));
+        assert!(matches!(a.approve(&req(Tier::Ask, &args, "h")), Verdict::CannotAsk(_)));
     }
 }

@@ -79,6 +79,11 @@ pub struct Record {
     /// "builtin:NAME", "sha256", "signer": "SHA256:…" | null}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub component: Option<Value>,
+    /// Who answered an `ask` or `confirm` call, and where: `{"id": "a-…" (an
+    /// inbox answer) | "l-…" (a lasting approval), "who": "name (uid N)",
+    /// "via": "terminal /dev/pts/3" | "console 127.0.0.1:PORT"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Value>,
 }
 
 #[derive(Serialize)]

@@ -75,6 +75,8 @@ pub struct CallHooks<'a> {
     /// its `exec`, with warden's own stdin, stdout and stderr (the call's
     /// arguments are `{"command": …}`, for its rules and its record).
     pub run: Option<Vec<String>>,
+    /// How the agent reached warden, shown with a call waiting in the inbox.
+    pub client: Option<&'a str>,
 }
 
 impl CallHooks<'_> {

@@ -41,6 +41,7 @@ pub(super) fn compile_server(
         ("rule", t.rule.first().map(Spanned::span)),
         ("cache", t.cache.as_ref().map(Spanned::span)),
         ("background", t.background.as_ref().map(Spanned::span)),
+        ("inbox", t.inbox.as_ref().map(Spanned::span)),
     ];
     for (key, span) in refused {
         if let Some(span) = span {
@@ -150,5 +151,6 @@ pub(super) fn compile_server_tool(
     spec.description = t.description.as_ref().map(|d| d.get_ref().clone());
     spec.location = c.location(span);
     spec.background = t.background.as_ref().is_some_and(|b| *b.get_ref());
+    spec.inbox = t.inbox.as_ref().map(|b| *b.get_ref());
     Some(spec)
 }

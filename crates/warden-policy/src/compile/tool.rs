@@ -76,6 +76,7 @@ pub(super) fn compile_tool(
         cache,
         hidden_by: None,
         background,
+        inbox: t.inbox.as_ref().map(|b| *b.get_ref()),
     })
 }
 

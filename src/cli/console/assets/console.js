@@ -88,8 +88,12 @@ function network(n) {
   return out;
 }
 
+let lastVerify = 0;
+
 function onRecord(r) {
   if (!r.call_id) return;
+  // The chain's verdict follows new records, at most every 30 s (it reads the whole log).
+  if (Date.now() - lastVerify > 30000) soon(verify);
   const tr = row(r.call_id);
   const status = r.decision === 'denied' ? 'denied' : r.decision === 'approval_required' ? 'approval required' : r.status;
   tr.setAttribute('data-status', r.status || '');
@@ -325,6 +329,7 @@ async function definitions() {
 
 // ---- search ---------------------------------------------------------------
 async function verify() {
+  lastVerify = Date.now();
   try {
     const v = await api('/api/verify');
     $('verdict').textContent = v.ok ? 'log chain intact (' + v.records + ')' : 'log chain BROKEN';
