@@ -90,6 +90,7 @@ try {
   await shot('definitions');
   await owner.getByRole('button', { name: /^Accept/ }).click();
   await owner.locator('.msg:text-matches("^accepted")').waitFor();
+  await page.waitForSelector('#defs-status:text-matches("^Every definition matches")');
 
   step('a pending approval is approved in the page and the call completes');
   const approved = call('write_file', { path: 'approved.txt', content: 'written after approval' });

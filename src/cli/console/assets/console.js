@@ -89,11 +89,15 @@ function network(n) {
 }
 
 let lastVerify = 0;
+let verifySoon = false;
 
 function onRecord(r) {
   if (!r.call_id) return;
   // The chain's verdict follows new records, at most every 30 s (it reads the whole log).
-  if (Date.now() - lastVerify > 30000) soon(verify);
+  if (!verifySoon) {
+    verifySoon = true;
+    setTimeout(() => { verifySoon = false; verify(); }, Math.max(500, 30000 - (Date.now() - lastVerify)));
+  }
   const tr = row(r.call_id);
   const status = r.decision === 'denied' ? 'denied' : r.decision === 'approval_required' ? 'approval required' : r.status;
   tr.setAttribute('data-status', r.status || '');
