@@ -16,6 +16,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 const PLAYWRIGHT: &str = "playwright-core@1.65.1";
+/// A real MCP client on the 2025-11-25 protocol (the TypeScript SDK), which
+/// cannot be asked over stateless HTTP: its approval waits in the inbox.
+const TS_SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const MCP_TOKEN: &str = "console-test-token-0123456789abcdef";
 
@@ -29,19 +32,20 @@ fn mine(name: &str) -> PathBuf {
     tmp().join(if uid == 0 { name.to_string() } else { format!("{name}-{uid}") })
 }
 
-/// The directory holding node_modules/playwright-core.
+/// The directory holding node_modules/playwright-core and the TypeScript SDK.
 fn playwright() -> PathBuf {
     let dir = mine("console-node");
-    if !dir.join("node_modules/playwright-core/package.json").is_file() {
+    let installed = |p: &str| dir.join("node_modules").join(p).join("package.json").is_file();
+    if !installed("playwright-core") || !installed("@modelcontextprotocol/sdk") {
         std::fs::create_dir_all(&dir).unwrap();
         let out = Command::new("npm")
             .current_dir(&dir)
             .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
             .arg(&dir)
-            .arg(PLAYWRIGHT)
+            .args([PLAYWRIGHT, TS_SDK])
             .output()
             .expect("npm (install nodejs and npm)");
-        assert!(out.status.success(), "npm install {PLAYWRIGHT}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "npm install {PLAYWRIGHT} {TS_SDK}: {}", String::from_utf8_lossy(&out.stderr));
     }
     dir
 }
@@ -255,12 +259,22 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
     assert!(out.status.success(), "the browser steps failed:\n{report}\nserve:\n{}", serve.seen.join("\n"));
     // From the host: the approved write happened, the rejected one did not.
     assert_eq!(std::fs::read_to_string(setup.path("ws/approved.txt")).unwrap(), "written after approval");
+    assert_eq!(std::fs::read_to_string(setup.path("ws/sdk.txt")).unwrap(), "written by the TypeScript SDK");
     assert!(!setup.path("ws/rejected.txt").exists());
     let log = std::fs::read_to_string(setup.path("audit.jsonl")).unwrap();
     let records: Vec<serde_json::Value> =
         log.lines().filter(|l| !l.trim_matches('\0').is_empty()).filter_map(|l| serde_json::from_str(l).ok()).collect();
     assert!(records.iter().any(|r| r["tool"] == "bg" && r["status"] == "cancelled"), "{log}");
     assert!(records.iter().any(|r| r["tool"] == "write_file" && r["status"] == "rejected"), "{log}");
+    // Who answered, and where: the console, by its address.
+    let console_addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    let approved: Vec<&serde_json::Value> =
+        records.iter().filter(|r| r["tool"] == "write_file" && r["status"] == "success").collect();
+    assert_eq!(approved.len(), 2, "{log}");
+    for r in approved {
+        assert_eq!(r["approval"]["via"], format!("console {console_addr}"), "{r}");
+        assert!(r["approval"]["who"].as_str().unwrap().contains("(uid "), "{r}");
+    }
     // The accepted definition is pinned: a new process calls the tool.
     let noted = setup.warden(&["call", "notes__note", r#"{"text":"hi"}"#]).output().unwrap();
     let out = String::from_utf8_lossy(&noted.stdout);

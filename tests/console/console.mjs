@@ -105,6 +105,26 @@ try {
   await page.waitForSelector('#approvals-list .card', { state: 'detached' });
   await page.waitForSelector('#calls-body tr[data-status="success"]:has(td.tool:text-is("write_file"))');
 
+  step('the TypeScript SDK (2025-11-25, cannot be asked over HTTP) writes a file once approved in the page');
+  const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
+  const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+  const transport = new StreamableHTTPClientTransport(new URL(MCP_URL), {
+    requestInit: { headers: { Authorization: 'Bearer ' + MCP_TOKEN } },
+  });
+  const sdk = new Client({ name: 'console-test', version: '1.0.0' }, { capabilities: {} });
+  await sdk.connect(transport);
+  const viaSdk = sdk.callTool({ name: 'write_file', arguments: { path: 'sdk.txt', content: 'written by the TypeScript SDK' } },
+    undefined, { timeout: 60000 });
+  const card3 = page.locator('#approvals-list .card').first();
+  await card3.waitFor();
+  check((await card3.textContent()).includes('sdk.txt'), 'the card shows the SDK call');
+  await card3.getByRole('button', { name: 'Approve', exact: true }).click();
+  const r6 = await viaSdk;
+  check(!r6.isError, 'the SDK write: ' + JSON.stringify(r6));
+  check(fs.readFileSync(path.join(WS, 'sdk.txt'), 'utf8') === 'written by the TypeScript SDK', 'the SDK file');
+  await sdk.close();
+  await page.waitForSelector('#approvals-list .card', { state: 'detached' });
+
   step('a rejection reaches the agent as REJECTED');
   const rejected = call('write_file', { path: 'rejected.txt', content: 'never' });
   const card2 = page.locator('#approvals-list .card').first();

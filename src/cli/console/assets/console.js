@@ -109,7 +109,9 @@ function onRecord(r) {
   tr.querySelector('.ms').textContent = r.status === 'running' ? '' : Math.round(r.duration_ms || 0);
   const details = [];
   if (r.tier) details.push('tier ' + r.tier + (r.rule ? ' (' + r.rule + ')' : ''));
-  if (r.approved_by) details.push('approved by ' + JSON.stringify(r.approved_by));
+  if (r.approval && r.approval.who) {
+    details.push((r.status === 'rejected' ? 'rejected' : 'approved') + ' by ' + r.approval.who + ' via ' + r.approval.via);
+  } else if (r.approved_by) details.push('approved by ' + JSON.stringify(r.approved_by));
   if (r.decision === 'denied' && r.rule) details.push('to change: the policy line ' + r.rule);
   if (r.exit) details.push('exit ' + JSON.stringify(r.exit));
   const sb = sandbox(r.sandbox);
