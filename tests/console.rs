@@ -2,7 +2,8 @@
 //! `chromium`, driven by npm `playwright-core`, installed here under the target
 //! directory on first use as tests/mcp.rs installs the MCP SDKs) against a real
 //! `warden serve --http` and MCP requests on the 2025-11-25 protocol (a client
-//! that cannot be asked, so its approvals wait in the inbox), and the gates
+//! that cannot be asked, so its approvals wait in the inbox: plain JSON-RPC, the
+//! TypeScript SDK and the Python SDK), and the gates
 //! (Host, Origin, token) as plain HTTP. `.ci/run` installs `chromium` when missing.
 //! The browser's steps are tests/console/console.mjs; its screenshots land in
 //! the target directory (docs/console-*.png are copies).
@@ -48,6 +49,30 @@ fn playwright() -> PathBuf {
         assert!(out.status.success(), "npm install {PLAYWRIGHT} {TS_SDK}: {}", String::from_utf8_lossy(&out.stderr));
     }
     dir
+}
+
+/// The official Python SDK, as tests/mcp.rs pins it.
+const PY_SDK: &str = "mcp==2.3.0";
+
+/// The virtualenv's python with the Python SDK (the one tests/mcp.rs uses, when it is there).
+fn python() -> PathBuf {
+    let venv = mine("mcp-venv");
+    let py = venv.join("bin").join("python");
+    let ready = py.is_file()
+        && Command::new(&py)
+            .args(["-c", "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        let venv_made = Command::new("python3").arg("-m").arg("venv").arg(&venv).output().unwrap();
+        assert!(venv_made.status.success(), "python3 -m venv: {}", String::from_utf8_lossy(&venv_made.stderr));
+        let pip = Command::new(&py)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", PY_SDK])
+            .output()
+            .unwrap();
+        assert!(pip.status.success(), "pip install {PY_SDK}: {}", String::from_utf8_lossy(&pip.stderr));
+    }
+    py
 }
 
 /// A started warden process whose stderr is collected; killed when dropped.
@@ -230,6 +255,7 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
         panic!("{CHROMIUM} is missing: apt-get install chromium (.ci/run does)");
     }
     let node = playwright();
+    let py = python();
     let setup = Setup::new();
     let lock = setup.warden(&["lock"]).output().unwrap();
     assert!(lock.status.success(), "warden lock: {}", String::from_utf8_lossy(&lock.stderr));
@@ -252,6 +278,8 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
         .env("WS", setup.path("ws"))
         .env("DESC_FILE", setup.path("desc.txt"))
         .env("SHOTS", &shots)
+        .env("PY", &py)
+        .env("PY_CLIENT", Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/py_client.py"))
         .output()
         .unwrap();
     let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -260,6 +288,7 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
     // From the host: the approved write happened, the rejected one did not.
     assert_eq!(std::fs::read_to_string(setup.path("ws/approved.txt")).unwrap(), "written after approval");
     assert_eq!(std::fs::read_to_string(setup.path("ws/sdk.txt")).unwrap(), "written by the TypeScript SDK");
+    assert_eq!(std::fs::read_to_string(setup.path("ws/py.txt")).unwrap(), "written by the Python SDK");
     assert!(!setup.path("ws/rejected.txt").exists());
     let log = std::fs::read_to_string(setup.path("audit.jsonl")).unwrap();
     let records: Vec<serde_json::Value> =
@@ -270,7 +299,7 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
     let console_addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
     let approved: Vec<&serde_json::Value> =
         records.iter().filter(|r| r["tool"] == "write_file" && r["status"] == "success").collect();
-    assert_eq!(approved.len(), 2, "{log}");
+    assert_eq!(approved.len(), 3, "{log}");
     for r in approved {
         assert_eq!(r["approval"]["via"], format!("console {console_addr}"), "{r}");
         assert!(r["approval"]["who"].as_str().unwrap().contains("(uid "), "{r}");

@@ -125,6 +125,21 @@ try {
   await sdk.close();
   await page.waitForSelector('#approvals-list .card', { state: 'detached' });
 
+  step('the Python SDK (2025-11-25 over HTTP) writes a file once approved in the page');
+  const { spawn } = await import('node:child_process');
+  const py = spawn(env('PY'), [env('PY_CLIENT')], { env: { ...process.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let pyOut = '';
+  py.stdout.on('data', (d) => { pyOut += d; });
+  py.stderr.on('data', (d) => { pyOut += d; });
+  const pyDone = new Promise((resolve) => py.on('exit', (code) => resolve(code)));
+  const card4 = page.locator('#approvals-list .card').first();
+  await card4.waitFor();
+  check((await card4.textContent()).includes('py.txt'), 'the card shows the Python call');
+  await card4.getByRole('button', { name: 'Approve', exact: true }).click();
+  check((await pyDone) === 0, 'the Python SDK write: ' + pyOut);
+  check(fs.readFileSync(path.join(WS, 'py.txt'), 'utf8') === 'written by the Python SDK', 'the Python file');
+  await page.waitForSelector('#approvals-list .card', { state: 'detached' });
+
   step('a rejection reaches the agent as REJECTED');
   const rejected = call('write_file', { path: 'rejected.txt', content: 'never' });
   const card2 = page.locator('#approvals-list .card').first();

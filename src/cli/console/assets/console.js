@@ -117,13 +117,28 @@ function onRecord(r) {
   const sb = sandbox(r.sandbox);
   if (sb) details.push(sb);
   details.push(...network(r.network));
+  details.push(...(why.get(r.call_id) || []));
   tr.querySelector('.details').textContent = details.join('\n');
   tr.querySelector('.details').title = (r.sandbox?.dirs || []).join('\n');
   tr.querySelector('.details').style.whiteSpace = 'pre-wrap';
 }
 
+// What events say of a call beyond its record: a refusal's message and the
+// hints naming the policy key to change (`{"kind": "call_end", "call_id",
+// "message", "hints": […]}`, when the process sends them).
+const why = new Map();
+
 function onEvent(e) {
   if (e.kind === 'definition_refused') { soon(definitions); return; }
+  if (e.call_id && (e.message || e.hints)) {
+    const lines = [];
+    if (e.message) lines.push('why: ' + e.message);
+    for (const h of e.hints || []) lines.push('hint: ' + h);
+    why.set(e.call_id, lines);
+    if (why.size > MAX_ROWS) why.delete(why.keys().next().value);
+    const tr = calls.get(e.call_id);
+    if (tr) tr.querySelector('.details').textContent += '\n' + lines.join('\n');
+  }
   if (e.kind !== 'call_start' || !e.call_id) return;
   const known = calls.get(e.call_id);
   if (known && known.getAttribute('data-status')) return; // its record came first
