@@ -247,6 +247,19 @@ fn the_console_refuses_a_wrong_host_a_foreign_origin_and_a_missing_token() {
          Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     assert_eq!(status(addr, &post), 403);
+    // At most 8 pages follow the feed at once; the ninth is told to close one.
+    let feeds: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(format!("GET /api/feed HTTP/1.1\r\n{host}{auth}\r\n").as_bytes()).unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head[9..12], b"200");
+            s
+        })
+        .collect();
+    assert_eq!(get("/api/feed", &format!("{host}{auth}")), 503);
+    drop(feeds);
 }
 
 #[test]
@@ -299,8 +312,10 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
     let console_addr = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
     let approved: Vec<&serde_json::Value> =
         records.iter().filter(|r| r["tool"] == "write_file" && r["status"] == "success").collect();
-    assert_eq!(approved.len(), 3, "{log}");
-    for r in approved {
+    assert_eq!(approved.len(), 5, "{log}");
+    let by = |r: &&serde_json::Value| r["approved_by"].as_str().unwrap_or("").to_string();
+    assert_eq!(approved.iter().filter(|r| by(r) == "lasting").count(), 1, "{log}");
+    for r in approved.into_iter().filter(|r| by(r) == "inbox") {
         assert_eq!(r["approval"]["via"], format!("console {console_addr}"), "{r}");
         assert!(r["approval"]["who"].as_str().unwrap().contains("(uid "), "{r}");
     }

@@ -148,8 +148,22 @@ try {
   await card2.getByRole('button', { name: 'Reject', exact: true }).click();
   const r2 = await rejected;
   check(r2.result?.isError && resultText(r2).includes('REJECTED'), 'the rejection: ' + resultText(r2));
+  check(resultText(r2).includes('not this one'), 'the reason reaches the agent: ' + resultText(r2));
   check(!fs.existsSync(path.join(WS, 'rejected.txt')), 'nothing written');
   await page.waitForSelector('#calls-body tr[data-status="rejected"]');
+
+  step('"always" for these arguments: the same call runs again without asking');
+  const always = call('write_file', { path: 'always.txt', content: 'again and again' });
+  const card5 = page.locator('#approvals-list .card').first();
+  await card5.waitFor();
+  await card5.locator('select.scope').selectOption('args workspace');
+  await card5.getByRole('button', { name: 'Always', exact: true }).click();
+  const r7 = await always;
+  check(!r7.result?.isError, 'the first always call: ' + resultText(r7));
+  const again = await call('write_file', { path: 'always.txt', content: 'again and again' });
+  check(!again.result?.isError, 'the same call, not asked again: ' + resultText(again));
+  // (Had it waited for a person, `again` would not have returned: nobody answers it.)
+  await page.waitForSelector('#approvals-list .card', { state: 'detached' });
 
   step('a search over the log, with log verify\'s verdict');
   await page.fill('#q-tool', 'write_file');

@@ -20,8 +20,11 @@ pub(super) const MAX_BODY_BYTES: usize = 64 << 10;
 pub(super) const MAX_RESULTS: usize = 200;
 /// The most bytes of the log a search reads (its end).
 pub(super) const MAX_SEARCH_BYTES: u64 = 64 << 20;
-/// How long a `serve` process has to answer on its control socket.
+/// How long a `serve` process has to answer on its control socket (a
+/// cancellation waits up to `job_cancel`'s 10 s for the end record).
 pub(super) const CONTROL_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long it has to list its jobs (the page asks every second).
+pub(super) const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest answer read from a control socket.
 pub(super) const MAX_CONTROL_ANSWER: u64 = 4 << 20;
 
@@ -69,7 +72,7 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
             let offset = body.get("offset").and_then(Value::as_u64).unwrap_or(0);
             let request = json!({"op": op, "job": s("job"), "offset": offset, "limit": 32 << 10});
             let pid = body.get("pid").and_then(Value::as_u64).unwrap_or(0);
-            match control(&c.live, pid, &request).await {
+            match control(&c.live, pid, &request, CONTROL_TIMEOUT).await {
                 Ok(v) => json(StatusCode::OK, &v),
                 Err(e) => text(StatusCode::BAD_GATEWAY, e),
             }
@@ -129,7 +132,7 @@ async fn blocking(f: impl FnOnce() -> Result<Value, String> + Send + 'static) ->
 }
 
 /// One request to the control socket of `serve` process `pid`.
-async fn control(live: &Path, pid: u64, request: &Value) -> Result<Value, String> {
+async fn control(live: &Path, pid: u64, request: &Value, limit: Duration) -> Result<Value, String> {
     let path = live.join("procs").join(format!("{pid}.sock"));
     let exchange = async {
         let stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| format!("process {pid}: {e}"))?;
@@ -145,7 +148,7 @@ async fn control(live: &Path, pid: u64, request: &Value) -> Result<Value, String
             .map_err(|e| e.to_string())?;
         serde_json::from_str::<Value>(&answer).map_err(|e| format!("process {pid} answered no JSON: {e}"))
     };
-    tokio::time::timeout(CONTROL_TIMEOUT, exchange).await.map_err(|_| format!("process {pid} did not answer"))?
+    tokio::time::timeout(limit, exchange).await.map_err(|_| format!("process {pid} did not answer"))?
 }
 
 /// Every `serve` process's jobs: `[{"pid", "jobs", "max_jobs"}]` (processes
@@ -159,7 +162,7 @@ async fn jobs(live: &Path) -> Value {
     pids.sort_unstable();
     let mut out = Vec::new();
     for pid in pids {
-        if let Ok(v) = control(live, pid, &json!({"op": "jobs"})).await {
+        if let Ok(v) = control(live, pid, &json!({"op": "jobs"}), LIST_TIMEOUT).await {
             out.push(v);
         }
     }

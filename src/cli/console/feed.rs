@@ -220,3 +220,35 @@ async fn run(c: Arc<Console>, tx: tokio::sync::mpsc::Sender<Bytes>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_tail_yields_whole_lines_only_and_skips_the_blank_fill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"{\"seq\":1}\n{\"seq\":2}\n").unwrap();
+        let mut t = Tail::last_lines(&path, 1);
+        assert_eq!(t.next(), vec![json!({"seq": 2})], "the backlog is the last line");
+        // A writer that grows the log in chunks leaves NUL fill past its end;
+        // a record is written over it, first in part.
+        f.write_all(&[0u8; 64]).unwrap();
+        assert!(t.next().is_empty());
+        let mut g = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        g.seek(SeekFrom::Start(20)).unwrap();
+        g.write_all(b"{\"seq\":3").unwrap();
+        assert!(t.next().is_empty(), "a torn line waits");
+        g.write_all(b"}\n").unwrap();
+        assert_eq!(t.next(), vec![json!({"seq": 3})]);
+        assert!(t.next().is_empty());
+        // Replaced by another file (rotated): read from its start.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"{\"seq\":9}\n").unwrap();
+        assert_eq!(t.next(), vec![json!({"seq": 9})]);
+    }
+}
