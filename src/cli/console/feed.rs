@@ -166,6 +166,19 @@ fn events(live: &Path, tails: &mut HashMap<PathBuf, Tail>) -> Vec<Value> {
 struct Files {
     log: Tail,
     events: HashMap<PathBuf, Tail>,
+    /// Events older than the first record sent (set at the first poll) are
+    /// not sent: their calls ended before the records the page has (it would
+    /// show them running for ever).
+    since_ms: Option<u64>,
+}
+
+/// When the record `r` was made, in ms since the epoch (0 when it cannot be read).
+fn record_ms(r: &Value) -> u64 {
+    r.get("ts")
+        .and_then(Value::as_str)
+        .and_then(|ts| humantime::parse_rfc3339(ts).ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What changed since the last poll.
@@ -176,11 +189,15 @@ struct Changes {
 }
 
 fn poll(files: &mut Files, log: &Path, live: &Path) -> Changes {
-    Changes { records: files.log.next(), events: events(live, &mut files.events), inbox: pending(log) }
+    let records = files.log.next();
+    let since = *files.since_ms.get_or_insert_with(|| records.first().map_or(0, record_ms));
+    let mut evs = events(live, &mut files.events);
+    evs.retain(|e| e.get("ts_ms").and_then(Value::as_u64).is_none_or(|t| t >= since));
+    Changes { records, events: evs, inbox: pending(log) }
 }
 
 async fn run(c: Arc<Console>, tx: tokio::sync::mpsc::Sender<Bytes>) {
-    let mut files = Some(Files { log: Tail::last_lines(&c.log, BACKLOG), events: HashMap::new() });
+    let mut files = Some(Files { log: Tail::last_lines(&c.log, BACKLOG), events: HashMap::new(), since_ms: None });
     let mut inbox_seen: Option<String> = None;
     let mut beat = Instant::now();
     let hello = json!({"log": c.log.display().to_string(), "live": c.live.display().to_string(), "via": c.via});
