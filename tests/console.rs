@@ -200,7 +200,11 @@ impl Setup {
     }
 
     fn console(&self) -> (Proc, String) {
-        let mut p = Proc::start(self.warden(&["console"]));
+        self.console_with(&[])
+    }
+
+    fn console_with(&self, args: &[&str]) -> (Proc, String) {
+        let mut p = Proc::start(self.warden(&[&["console"], args].concat()));
         let url = p.wait_for("console at ");
         (p, url)
     }
@@ -260,6 +264,23 @@ fn the_console_refuses_a_wrong_host_a_foreign_origin_and_a_missing_token() {
         .collect();
     assert_eq!(get("/api/feed", &format!("{host}{auth}")), 503);
     drop(feeds);
+}
+
+#[test]
+fn an_allowed_host_name_reaches_the_console_and_no_other_does() {
+    let setup = Setup::new();
+    let (_console, url) = setup.console_with(&["--allow-host", "warden.internal"]);
+    let (addr, fragment) = url.strip_prefix("http://").unwrap().split_once('/').unwrap();
+    let auth = format!("Authorization: Bearer {}\r\n", fragment.strip_prefix("#token=").unwrap());
+    let port = addr.rsplit(':').next().unwrap();
+    let get =
+        |headers: &str| status(addr, &format!("GET /api/inbox HTTP/1.1\r\n{headers}{auth}Connection: close\r\n\r\n"));
+    assert_eq!(get(&format!("Host: warden.internal:{port}\r\n")), 200);
+    assert_eq!(get("Host: warden.internal\r\n"), 200);
+    assert_eq!(get(&format!("Host: warden.internal:{port}\r\nOrigin: https://warden.internal:{port}\r\n")), 200);
+    assert_eq!(get(&format!("Host: warden.internal:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n")), 403);
+    assert_eq!(get(&format!("Host: warden.internal.evil.example:{port}\r\n")), 403);
+    assert_eq!(get(&format!("Host: other.internal:{port}\r\n")), 403);
 }
 
 #[test]

@@ -218,8 +218,10 @@ async fn handle(c: Arc<Console>, req: http::Request<Incoming>) -> http::Response
     if !c.hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
         return text(StatusCode::FORBIDDEN, "Forbidden: the Host header does not name this console (see --allow-host)");
     }
+    // The page's own origin: http, or https behind a proxy that terminates TLS for an --allow-host name.
+    let own = |o: &[u8]| same(o, format!("http://{host}").as_bytes()) || same(o, format!("https://{host}").as_bytes());
     if let Some(origin) = req.headers().get(http::header::ORIGIN)
-        && !same(origin.as_bytes(), format!("http://{host}").as_bytes())
+        && !own(origin.as_bytes())
     {
         return text(StatusCode::FORBIDDEN, "Forbidden: a request from another origin");
     }
