@@ -8,6 +8,12 @@
 //!
 //! Grants are scoped to the session and the tool, and for `confirm` to the exact
 //! arguments (their sha256); each expires ([`GRANT_TTL`] by default).
+//!
+//! A channel that cannot ask a person answers [`Verdict::CannotAsk`]; the
+//! executor then posts the call to warden's [`inbox`] (where one is offered)
+//! for a person answering with `warden approvals` or the console. Before any
+//! channel, a [`lasting`] approval a person kept in `warden.approvals.toml` may
+//! answer. docs/approvals.md.
 
 #![forbid(unsafe_code)]
 
