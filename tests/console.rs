@@ -345,3 +345,16 @@ fn the_console_in_a_browser_shows_calls_answers_approvals_cancels_jobs_and_accep
     let out = String::from_utf8_lossy(&noted.stdout);
     assert!(noted.status.success() && out.contains("noted: hi"), "{out}{}", String::from_utf8_lossy(&noted.stderr));
 }
+
+#[test]
+fn a_live_directory_open_to_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new();
+    let live = setup.path("audit.jsonl.live");
+    std::fs::create_dir(&live).unwrap();
+    std::fs::set_permissions(&live, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = setup.warden(&["console"]).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("closed to others (mode 0700)"), "{err}");
+}

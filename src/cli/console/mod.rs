@@ -81,6 +81,7 @@ pub(super) fn console(s: Arc<Session>, listen: Option<SocketAddr>, allow_host: V
     let token = hex::encode(b);
     let log = absolute(&s.audit_log());
     let live = live_dir(&log);
+    private(&live)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -94,6 +95,25 @@ pub(super) fn console(s: Arc<Session>, listen: Option<SocketAddr>, allow_host: V
 /// The live directory of the log at `log` (`L.live`).
 pub(super) fn live_dir(log: &std::path::Path) -> PathBuf {
     crate::live::Live::for_log(log).path().to_path_buf()
+}
+
+/// Refuses a live directory that is not this uid's alone: what it holds
+/// (pending approvals, events, the control sockets of `serve`) is believed.
+fn private(live: &std::path::Path) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::symlink_metadata(live) else { return Ok(()) }; // not made yet: serve makes it 0700
+    let uid = nix::unistd::geteuid().as_raw();
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(fail(
+            ErrorCode::InvalidArgs,
+            format!(
+                "{} is not a directory of uid {uid} closed to others (mode 0700): the console believes what it \
+                 holds; run the console as the user who runs warden",
+                live.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The `Host` values a console on `port` answers to.
