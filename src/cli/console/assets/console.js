@@ -109,9 +109,12 @@ function onRecord(r) {
   tr.querySelector('.ms').textContent = r.status === 'running' ? '' : Math.round(r.duration_ms || 0);
   const details = [];
   if (r.tier) details.push('tier ' + r.tier + (r.rule ? ' (' + r.rule + ')' : ''));
-  if (r.approval && r.approval.who) {
-    details.push((r.status === 'rejected' ? 'rejected' : 'approved') + ' by ' + r.approval.who + ' via ' + r.approval.via);
-  } else if (r.approved_by) details.push('approved by ' + JSON.stringify(r.approved_by));
+  const a = r.approval;
+  if (a && a.who && r.approved_by === 'lasting') {
+    details.push('approved by lasting approval ' + a.id + ' (given by ' + a.who + ' via ' + a.via + ')');
+  } else if (a && a.who) {
+    details.push((r.status === 'rejected' ? 'rejected' : 'approved') + ' by ' + a.who + ' via ' + a.via + ' (' + a.id + ')');
+  } else if (r.approved_by && r.approved_by !== 'auto') details.push('approved by ' + r.approved_by);
   if (r.decision === 'denied' && r.rule) details.push('to change: the policy line ' + r.rule);
   if (r.exit) details.push('exit ' + JSON.stringify(r.exit));
   const sb = sandbox(r.sandbox);
