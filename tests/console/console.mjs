@@ -50,6 +50,14 @@ page.on('console', (m) => console.log('page: ' + m.text()));
 const shot = (name) => page.screenshot({ path: path.join(SHOTS, 'console-' + name + '.png'), fullPage: true });
 
 try {
+  step('without the token the page gets nothing');
+  const bare = await browser.newPage();
+  await bare.goto(CONSOLE_URL.replace(/#.*$/, ''));
+  await bare.waitForSelector('#conn:text-matches("^no token")');
+  const refused = await bare.evaluate(async () => (await fetch('/api/inbox')).status);
+  check(refused === 401, 'the API without the token: ' + refused);
+  await bare.close();
+
   step('the page opens with the token from the fragment and follows the feed');
   await page.goto(CONSOLE_URL);
   await page.waitForSelector('#conn.on');
