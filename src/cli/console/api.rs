@@ -41,10 +41,15 @@ pub(super) async fn route(c: Arc<Console>, req: http::Request<Incoming>) -> http
                 }
                 Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many pages follow this console; close one"),
             },
-            "/api/inbox" => json(StatusCode::OK, &Value::Array(super::feed::pending(&c.log))),
+            "/api/inbox" => blocking(move || Ok(Value::Array(super::feed::pending(&c.log)))).await,
             "/api/jobs" => json(StatusCode::OK, &jobs(&c.live).await),
             "/api/verify" => blocking(move || Ok(verify(&c.log))).await,
-            "/api/definitions" => blocking(move || super::defs::pending(&c.session)).await,
+            "/api/definitions" => {
+                // One gathering at a time (each starts the policy's servers).
+                let _one = c.accepting.clone().lock_owned().await;
+                let session = c.session.clone();
+                blocking(move || super::defs::pending(&session)).await
+            }
             _ => text(StatusCode::NOT_FOUND, "Not found"),
         };
     }

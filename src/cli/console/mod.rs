@@ -58,7 +58,8 @@ pub(super) struct Console {
     via: String,
     /// Places for live feeds.
     feeds: Arc<tokio::sync::Semaphore>,
-    /// One definition acceptance at a time (each rewrites warden.lock).
+    /// One definition check or acceptance at a time (each starts the policy's
+    /// servers; an acceptance rewrites warden.lock).
     accepting: Arc<tokio::sync::Mutex<()>>,
 }
 
