@@ -124,3 +124,41 @@ pub fn handle(jobs: &Jobs, request: &Value) -> Value {
         Err(v) => v,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn requests_are_answered_and_unknown_ones_refused() {
+        let jobs = Jobs::new(2);
+        let listed = handle(&jobs, &json!({"op": "jobs"}));
+        assert_eq!(listed["jobs"], json!([]));
+        assert_eq!(listed["max_jobs"], 2);
+        assert_eq!(listed["pid"], std::process::id());
+        let missing = handle(&jobs, &json!({"op": "cancel", "job": "j-00"}));
+        assert!(missing["error"].as_str().unwrap().contains("no job \"j-00\""), "{missing}");
+        assert!(handle(&jobs, &json!({"op": "shutdown"}))["error"].is_string());
+    }
+
+    #[tokio::test]
+    async fn the_socket_lies_in_a_private_directory_beside_the_log_and_goes_with_the_server() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        let control = start(Arc::new(Jobs::new(1)), &log).unwrap();
+        let path = dir.path().join("audit.jsonl.live/procs").join(format!("{}.sock", std::process::id()));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(mode(&path), 0o600);
+        let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (read, mut write) = stream.into_split();
+        write.write_all(b"{\"op\":\"jobs\"}\n").await.unwrap();
+        let mut line = String::new();
+        BufReader::new(read).read_line(&mut line).await.unwrap();
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap()["max_jobs"], 1);
+        drop(control);
+        assert!(!path.exists());
+    }
+}
