@@ -303,7 +303,28 @@ impl Executor {
                 Begun::Ready(ready)
             }
             Ok(Some(hit)) => Begun::Done(self.conclude(ready, Ok(hit))),
-            Err(e) => Begun::Done(self.conclude(ready, Err(e))),
+            Err(e) => {
+                self.announce_refusal(&ready, &e);
+                Begun::Done(self.conclude(ready, Err(e)))
+            }
+        }
+    }
+
+    /// Tells the console why a call ended before it ran (the record has the
+    /// code, not the message), and that a definition awaits `warden lock`.
+    fn announce_refusal(&self, ready: &Ready, e: &CallError) {
+        let Some(events) = &self.events else { return };
+        let mut fields = serde_json::Map::new();
+        fields.insert("call_id".into(), ready.call_id.clone().into());
+        fields.insert("tool".into(), ready.call.tool.clone().into());
+        fields.insert("code".into(), e.code.as_str().into());
+        fields.insert("message".into(), shape::sanitize_str(&e.message).into());
+        events.emit("call_end", fields);
+        let refused = self.catalog.entries().any(|c| c.spec.name == ready.call.tool && c.refused_definition.is_some());
+        if refused {
+            let mut fields = serde_json::Map::new();
+            fields.insert("tool".into(), ready.call.tool.clone().into());
+            events.emit("definition_refused", fields);
         }
     }
 
