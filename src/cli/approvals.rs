@@ -66,7 +66,8 @@ pub(super) fn run(s: &Session, command: &ApprovalsCommand) -> Result<u8, Failure
             });
             let p = answer(id, AnswerKind::Always, None, Some(value))?;
             println!(
-                "approved {} ({}) and kept a lasting approval beside the policy (`warden approvals list --lasting`)",
+                "approved {} ({}); the waiting warden keeps the lasting approval beside its policy \
+                 (`warden approvals list --lasting` shows it; where it could not, that warden says why on its stderr)",
                 p.id, p.tool
             );
             Ok(0)
@@ -93,7 +94,12 @@ fn wanted(matches: MatchArg, when: &[String], scope: ScopeArg, until: Option<Str
                 format!("--when {w:?}: write ARG=REGEX, like command=^npm test$"),
             ));
         };
-        pairs.insert(k.to_string(), v.to_string());
+        if pairs.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(fail(
+                ErrorCode::InvalidArgs,
+                format!("--when {k}=… is given twice: give one regex per argument (alternatives with |)"),
+            ));
+        }
     }
     if matches != MatchArg::Rule && !pairs.is_empty() {
         return Err(fail(ErrorCode::InvalidArgs, "--when needs --match rule"));
@@ -115,6 +121,7 @@ fn wanted(matches: MatchArg, when: &[String], scope: ScopeArg, until: Option<Str
     let probe = lasting::Entry {
         id: String::new(),
         tool: String::new(),
+        tier: crate::Tier::Ask,
         matches,
         args_sha256: Some(String::new()),
         when: pairs.clone(),
@@ -190,7 +197,11 @@ fn list(s: &Session, live: &Live, json: bool, with_lasting: bool) -> Result<u8, 
     }
     for p in &pending {
         let first = p.args_text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
-        let first: String = first.chars().take(60).collect();
+        let first: String = if first.chars().count() > 60 {
+            format!("{}…", first.chars().take(59).collect::<String>())
+        } else {
+            first
+        };
         println!(
             "{}  {:<20} {:<7} {:>4}s  {}  {first}",
             p.id,
@@ -265,10 +276,9 @@ pub(super) fn standing(policy: &crate::Policy, catalog: &crate::catalog::Catalog
     let judged = entries
         .into_iter()
         .map(|e| {
-            let definition = catalog
-                .entries()
-                .find(|c| c.spec.name == e.tool)
-                .and_then(|c| c.state.as_ref().ok().map(|r| lasting::definition(&c.spec, &r.description, &r.schema)));
+            let definition = catalog.entries().find(|c| c.spec.name == e.tool).and_then(|c| {
+                c.state.as_ref().ok().map(|r| lasting::definition(policy, &c.spec, &r.description, &r.schema))
+            });
             let why = lasting::inert(&e, definition.as_deref(), now);
             (e, why)
         })

@@ -96,11 +96,16 @@ impl Session {
     pub(super) fn approve_mode(&self) -> ApproveMode {
         if matches!(self.cli.command, Command::Serve { .. }) {
             // stdin and stdout carry MCP: the client answers, through the server's own hook.
-            return if self.cli.approve == Some(ApproveArg::Yes) { ApproveMode::Yes } else { ApproveMode::Deny };
+            return match self.cli.approve {
+                Some(ApproveArg::Yes) => ApproveMode::Yes,
+                Some(ApproveArg::Deny) => ApproveMode::DenyAll,
+                _ => ApproveMode::Deny,
+            };
         }
         match self.cli.approve {
             Some(ApproveArg::Yes) => ApproveMode::Yes,
-            Some(ApproveArg::Deny | ApproveArg::Inbox) => ApproveMode::Deny,
+            Some(ApproveArg::Deny) => ApproveMode::DenyAll,
+            Some(ApproveArg::Inbox) => ApproveMode::Deny,
             Some(ApproveArg::Prompt) => ApproveMode::Prompt,
             None => {
                 let attached = (std::io::stdin().is_terminal() || std::io::stderr().is_terminal())

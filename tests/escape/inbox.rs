@@ -17,17 +17,39 @@ use warden::runtime::Cancel;
 use crate::{Case, Observed, Scene};
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![Case {
-        id: "hostside-inbox-self-approve/process",
-        class: "hostside",
-        runtime: "process",
-        attempt: "a call waits for approval in the inbox beside the audit log, which lies inside the shell tool's \
+    vec![
+        Case {
+            id: "hostside-inbox-self-approve/process",
+            class: "hostside",
+            runtime: "process",
+            attempt: "a call waits for approval in the inbox beside the audit log, which lies inside the shell tool's \
                   write grant; the tool writes an approving answer for it, replaces the inbox directory with one \
                   holding the answer, and links the answer to a file of its own",
-        expected: "the inbox is read-only inside every write grant: no answer reaches the waiting call",
-        heavy: false,
-        run: self_approve,
-    }]
+            expected: "the inbox is read-only inside every write grant: no answer reaches the waiting call",
+            heavy: false,
+            run: self_approve,
+        },
+        Case {
+            id: "persistence-approvals-plant/process",
+            class: "persistence",
+            runtime: "process",
+            attempt: "the shell tool (workspace writable) plants warden.approvals.toml approving every call, beside a \
+                  policy in a nested project and at the top, and a FIFO at its lock's name",
+            expected: "refused at any depth, as warden.toml is: nothing planted on the host",
+            heavy: false,
+            run: plant_approvals,
+        },
+        Case {
+            id: "hostside-inbox-released/process",
+            class: "hostside",
+            runtime: "process",
+            attempt: "a policy releases the inbox to a tool (fs.unprotect naming it) or grants a write inside it \
+                  (fs.write on LOG.live/inbox); the tool writes an answer",
+            expected: "both calls refused before they run (warden's own files are never released); no answer on the host",
+            heavy: false,
+            run: released,
+        },
+    ]
 }
 
 /// The tool's attempt, in the workspace (the log's directory is `state/`).
@@ -104,4 +126,68 @@ fn self_approve(s: &Scene) -> Observed {
             }
         ),
     )
+}
+
+/// `persistence-approvals-plant/process`.
+fn plant_approvals(s: &Scene) -> Observed {
+    let ws = s.ws("approvals-plant");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    std::fs::write(ws.join("sub/warden.toml"), "version = 1\n").unwrap();
+    let entry = "[[approval]]\nid = \"l-0000000000000000\"\ntool = \"shell\"\ntier = \"ask\"\nmatch = \"tool\"\n\
+                 scope = \"workspace\"\nworkspace = \"/\"\ndefinition = \"x\"\nwho = \"alice (uid 1000)\"\n\
+                 via = \"terminal /dev/pts/3\"\ncreated = \"2026-01-01T00:00:00Z\"\n";
+    let script = format!(
+        "printf '%s' '{entry}' > sub/warden.approvals.toml; printf '%s' '{entry}' > warden.approvals.toml; \
+         mkfifo sub/.warden.approvals.toml.lock; echo done"
+    );
+    let policy = s.policy_file(
+        "version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\nfs.write = [\"{workspace}\"]\n",
+    );
+    let args = serde_json::json!({ "command": script }).to_string();
+    let run = s.warden(&ws, &["--policy", policy.to_str().unwrap(), "call", "shell", &args], None, None);
+    let planted: Vec<&str> = ["sub/warden.approvals.toml", "warden.approvals.toml", "sub/.warden.approvals.toml.lock"]
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(ws.join(p)).is_ok())
+        .collect();
+    Observed::new(
+        planted.is_empty() && run.out().contains("done"),
+        format!("planted on the host: {planted:?}; {}", run.brief()),
+    )
+}
+
+/// `hostside-inbox-released/process`.
+fn released(s: &Scene) -> Observed {
+    let ws = s.ws("inbox-released");
+    let log = ws.join("state").join("audit.jsonl");
+    std::fs::create_dir_all(ws.join("state")).unwrap();
+    let live = Live::for_log(&log);
+    live.ensure().unwrap();
+    let inbox = live.path().join("inbox");
+    let mut lines = Vec::new();
+    let mut held = true;
+    for grant in [
+        format!("fs.write = [\"{{workspace}}\"]\nfs.unprotect = [{:?}]", live.path().display().to_string()),
+        format!("fs.write = [{:?}]", inbox.display().to_string()),
+    ] {
+        let policy = s.policy_file(&format!(
+            "version = 1\n[tools.shell]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
+             fs.read = [\"{{system}}\", \"{{workspace}}\"]\n{grant}\n"
+        ));
+        let target = inbox.join("a-00000000000000000000000000000000.answer.json");
+        let args =
+            serde_json::json!({ "command": format!("echo x > {:?} && echo wrote", target.display().to_string()) });
+        let run = s.warden_logged(
+            &ws,
+            &log,
+            &["--policy", policy.to_str().unwrap(), "call", "shell", &args.to_string()],
+            None,
+            None,
+        );
+        let written = target.exists();
+        let refused = run.out().is_empty() && run.error_message().contains("warden's");
+        held &= !written && refused;
+        lines.push(format!("{grant:?}: written {written}, {}", run.brief()));
+    }
+    Observed::new(held, lines.join("; "))
 }

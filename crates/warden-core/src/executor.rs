@@ -206,7 +206,7 @@ impl Executor {
     /// audit log) for up to `timeout`, for tools the policy lets wait.
     pub fn offer_inbox(&mut self, timeout: std::time::Duration) {
         let live = crate::live::Live::for_log(self.audit.path());
-        self.inbox = Some(approval::inbox::Settings { live, timeout });
+        self.inbox = Some(approval::inbox::Settings { live, timeout, waiting: Default::default() });
     }
 
     /// The policy.
@@ -545,7 +545,7 @@ impl Executor {
         }
 
         // Approve.
-        let definition = || approval::lasting::definition(spec, &ready.description, &ready.schema);
+        let definition = || approval::lasting::definition(&self.policy, spec, &ready.description, &ready.schema);
         self.approve(spec, (tier, rule.map(|r| r.location.as_str())), call, (args_sha256, &definition), trace, hooks)?;
         trace.decision = Decision::Allowed;
         if hooks.cancel.is_cancelled() {

@@ -30,6 +30,11 @@ const MAX_PENDING_BYTES: u64 = 1 << 20;
 const MAX_ANSWER_BYTES: u64 = 64 << 10;
 /// The most approvals waiting in one inbox: past it a call is refused at once.
 pub const MAX_PENDING: usize = 256;
+/// The largest arguments kept whole in a pending file (JSON bytes); larger
+/// ones are shown by their `args_text` alone.
+const MAX_ARGS_KEPT: usize = 64 << 10;
+/// The longest preview kept in a pending file (characters).
+const MAX_PREVIEW_CHARS: usize = 64 << 10;
 /// How often a waiting call looks for its answer.
 const POLL: Duration = Duration::from_millis(100);
 /// An events file past this size starts again (the old one kept as `.1`).
@@ -254,8 +259,10 @@ impl Inbox {
             let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")).filter(|id| valid_id(id)) else {
                 continue;
             };
+            // Reaped by expiry only: a pid means nothing from another pid namespace
+            // (a container sharing the log's volume).
             match self.get(id) {
-                Ok(p) if p.expires_ms + 5_000 < now || !alive(p.pid) => {
+                Ok(p) if p.expires_ms + 5_000 < now => {
                     let _ = std::fs::remove_file(self.pending_path(id));
                     let _ = std::fs::remove_file(self.answer_path(id));
                 }
@@ -265,6 +272,17 @@ impl Inbox {
         }
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
         out
+    }
+
+    /// How many calls wait (every pending file, readable or not).
+    pub fn count(&self) -> usize {
+        self.list();
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).is_some_and(valid_id))
+            .count()
     }
 
     /// One waiting call; an error names the id and what to do.
@@ -326,20 +344,23 @@ impl Inbox {
         cancel: &Cancel,
         posted: &dyn Fn(&Pending),
     ) -> Result<Waited, String> {
-        if self.list().len() >= MAX_PENDING {
+        if self.count() >= MAX_PENDING {
             return Err(format!("{MAX_PENDING} calls already wait in the approval inbox; answer some first"));
         }
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|e| format!("no randomness: {e}"))?;
         let now = now_ms();
+        // The file stays far below what a reader takes: the arguments whole only
+        // when small (a person reads `args_text`, cut with a marker), the preview cut.
+        let small = serde_json::to_vec(req.args).map_or(0, |b| b.len()) <= MAX_ARGS_KEPT;
         let pending = Pending {
             id: format!("a-{}", hex::encode(raw)),
             tool: req.tool.to_string(),
             tier: req.tier.to_string(),
-            args: req.args.clone(),
+            args: if small { req.args.clone() } else { serde_json::Value::Null },
             args_text: crate::approval::arguments_text(req.args),
             args_sha256: req.args_sha256.to_string(),
-            preview: crate::shape::sanitize_str(&req.preview),
+            preview: cut(&crate::shape::sanitize_str(&req.preview), MAX_PREVIEW_CHARS),
             location: req.location.to_string(),
             session: req.session.to_string(),
             client: client.to_string(),
@@ -378,9 +399,14 @@ impl Inbox {
     }
 }
 
-/// Whether process `pid` still runs.
-fn alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
+/// `text`, cut at `max` characters with a marker saying how much is hidden.
+fn cut(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max).collect();
+    format!("{head}\n[… {} more characters NOT SHOWN …]", count - max)
 }
 
 /// Removes its paths when dropped.

@@ -372,6 +372,7 @@ fn own_files(origin: &str, dir: &Path) -> Vec<(String, PathBuf)> {
             ("policy file".to_string(), absolute(Path::new(origin))),
             ("lock file".to_string(), absolute(&dir.join(crate::LOCK_FILE))),
             ("lasting approvals".to_string(), absolute(&dir.join(crate::APPROVALS_FILE))),
+            ("lasting approvals' lock".to_string(), absolute(&dir.join(format!(".{}.lock", crate::APPROVALS_FILE)))),
         ]
     }
 }

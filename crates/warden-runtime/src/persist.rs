@@ -57,6 +57,8 @@ pub const AUTO_RUN: &[(&str, &str)] = &[
         "warden started in its directory without --policy loads it as the policy: its tools' walls and tiers",
     ),
     ("warden.lock", "warden trusts the plugin and server definitions it pins, beside a policy in its directory"),
+    ("warden.approvals.toml", "warden lets the calls it lists run without asking, beside a policy in its directory"),
+    (".warden.approvals.toml.lock", "warden serializes its edits of warden.approvals.toml on it"),
 ];
 
 /// Why a name is refused at any depth, if it is.

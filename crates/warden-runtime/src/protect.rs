@@ -175,7 +175,23 @@ impl Protection {
                     (Some(dir), Some(name)) => dir.join(name),
                     _ => continue,
                 };
-                if real.starts_with(root) && real != **root {
+                if root.starts_with(&real) {
+                    return Err(format!(
+                        "the write grant {} lies inside warden's {what} {}: a tool that wrote there would set its \
+                         own walls, record or approvals; grant another directory, or give warden another \
+                         --audit-log or policy location",
+                        root.display(),
+                        real.display()
+                    ));
+                }
+                if input.unprotect.iter().any(|u| *u == real || *u == *path) {
+                    return Err(format!(
+                        "fs.unprotect {}: warden's {what} cannot be released to a tool (it would set its own \
+                         walls, record or approvals); remove it from fs.unprotect",
+                        path.display()
+                    ));
+                }
+                if real.starts_with(root) {
                     let why = format!("warden's {what}: a tool that changed it would set its own walls or record");
                     out.protect(root, &real, &why, &roots);
                 }

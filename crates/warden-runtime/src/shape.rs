@@ -92,11 +92,12 @@ fn shrink(v: Value, max: usize) -> Value {
         Value::String(s) => {
             // The head and the tail: a log's verdict is at its end. JSON escaping
             // can grow text; budget conservatively and re-check.
-            let mut budget = max.saturating_sub(64);
+            // The budget counts escaped bytes but cuts raw ones: it never exceeds the text.
+            let mut budget = max.saturating_sub(64).min(s.len());
             loop {
                 let head = prefix(&s, budget / 2);
-                let tail = suffix(&s, budget - head.len());
-                let dropped = s.len() - head.len() - tail.len();
+                let tail = suffix(&s, budget.saturating_sub(head.len()));
+                let dropped = s.len().saturating_sub(head.len() + tail.len());
                 let out = Value::String(format!("{head}…[truncated {dropped} of {} bytes]…{tail}", s.len()));
                 if size(&out) <= max || budget == 0 {
                     return out;
@@ -331,6 +332,16 @@ pub fn content_summary(value: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_grows_when_escaped_is_cut_without_overflow() {
+        // 10,000 control characters: each escapes to six bytes, so the escaped
+        // budget is larger than the raw text (this panicked in debug builds).
+        let text = "\u{1}".repeat(10_000);
+        let (out, cut) = truncate(json!(text), 16 << 10);
+        assert!(cut);
+        assert!(size(&out) <= 16 << 10, "{}", size(&out));
+    }
 
     #[test]
     fn strips_escapes_and_invisible_characters_but_keeps_newlines_and_tabs() {

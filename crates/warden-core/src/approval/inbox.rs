@@ -13,6 +13,10 @@ use crate::live::{AnswerKind, Live, Pending, Waited};
 use crate::policy::Tier;
 use crate::runtime::Cancel;
 
+/// The most calls of one process waiting at once: `serve` runs at most 16
+/// calls at a time, so waiting calls never take every place from the others.
+pub const MAX_WAITING: usize = 8;
+
 /// Where and how long calls wait.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -20,6 +24,17 @@ pub struct Settings {
     pub live: Live,
     /// How long a call waits for an answer.
     pub timeout: Duration,
+    /// The calls of this process waiting now.
+    pub waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Gives a waiting place back when dropped.
+struct Place<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// What the person's "always" asked for (the answer's `lasting` object).
@@ -71,6 +86,14 @@ pub struct Context<'a> {
 /// Posts `req` and waits; the verdict says who answered and where.
 pub fn ask(settings: &Settings, req: &Request<'_>, why: &str, cancel: &Cancel, ctx: &Context<'_>) -> Verdict {
     let inbox = settings.live.inbox();
+    let _place = Place(&settings.waiting);
+    if settings.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= MAX_WAITING {
+        return Verdict::Required(format!(
+            "{why}; {MAX_WAITING} calls of this warden process already wait in its approval inbox, so this one \
+             was refused at once (answer them with `warden approvals`, or set inbox = false on tools that \
+             should not wait)"
+        ));
+    }
     if let Err(e) = settings.live.ensure() {
         return Verdict::Required(format!("{} needs approval and warden's inbox is unusable: {e}", req.tool));
     }
@@ -158,6 +181,7 @@ fn keep(req: &Request<'_>, by: &Answered, wanted: Option<serde_json::Value>, ctx
     let entry = Entry {
         id: lasting::new_id()?,
         tool: req.tool.to_string(),
+        tier: req.tier,
         matches,
         args_sha256: (matches == Match::Args).then(|| req.args_sha256.to_string()),
         when: if matches == Match::Rule { wanted.when } else { Default::default() },

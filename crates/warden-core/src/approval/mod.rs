@@ -37,8 +37,12 @@ pub const GRANT_TTL: Duration = Duration::from_secs(300);
 pub enum ApproveMode {
     /// Ask on the controlling terminal.
     Prompt,
-    /// Refuse: `APPROVAL_REQUIRED`.
+    /// Refuse: `APPROVAL_REQUIRED` (nobody to ask: the call may wait in the
+    /// inbox where one is offered; a lasting approval may answer).
     Deny,
+    /// `--approve deny` given: refuse every call that needs approval, at once;
+    /// lasting approvals do not answer either.
+    DenyAll,
     /// Approve everything (recorded as `flag`).
     Yes,
 }
@@ -146,6 +150,11 @@ impl Approver {
         Approver { mode, ttl: GRANT_TTL, grants: Mutex::default(), terminal: Mutex::default() }
     }
 
+    /// Whether lasting approvals may answer (not under `--approve deny`).
+    pub fn honours_lasting(&self) -> bool {
+        self.mode != ApproveMode::DenyAll
+    }
+
     /// Records a grant for `tool` (and, for `confirm`, these exact arguments).
     pub fn grant(&self, tool: &str, args_sha256: Option<&str>) {
         let mut g = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
@@ -178,6 +187,7 @@ impl Approver {
         match self.mode {
             ApproveMode::Yes => Verdict::Approved(ApprovedBy::Flag),
             ApproveMode::Deny => Verdict::CannotAsk(required_message(req)),
+            ApproveMode::DenyAll => Verdict::Required(required_message(req)),
             ApproveMode::Prompt => {
                 let _one_at_a_time = self.terminal.lock().unwrap_or_else(PoisonError::into_inner);
                 // An answer given while this call waited for the terminal may cover it.

@@ -45,7 +45,11 @@ impl Executor {
             session: &self.session,
         };
         let definition = definition();
-        let lasting = self.lasting.find(&request, &definition, &self.policy.workspace);
+        let lasting = if self.approver.honours_lasting() {
+            self.lasting.find(&request, &definition, &self.policy.workspace)
+        } else {
+            None
+        };
         let verdict = match lasting {
             Some(e) => Verdict::Answered(approval::Answered {
                 approved: true,

@@ -52,7 +52,10 @@ impl Refusal {
             Deny::Read => "denied (no read, write or listing)",
             Deny::Write => "protected (read-only)",
         };
-        let key = if self.why.starts_with("protected") {
+        let key = if self.why.contains("protected: warden's ") {
+            // warden's own files (the log, the policy, the approvals) are never released.
+            "nothing"
+        } else if self.why.starts_with("protected") {
             "fs.unprotect"
         } else if self.deny == Deny::Read {
             "the tool's fs.deny_read"
