@@ -48,10 +48,11 @@ pub(super) fn serve(
     Ok(0)
 }
 
-/// An `--allow-host` name: a DNS name (letters, digits, `-`, `.`), lowercased,
-/// without a port; IP literals need no flag.
+/// An `--allow-host` name: a DNS name (letters, digits, `-`, `.`, and `_` as
+/// Compose service names have), lowercased, without a port or trailing dot;
+/// IP literals need no flag.
 fn check_host_name(name: &str) -> Result<String, Failure> {
-    let lower = name.trim().to_ascii_lowercase();
+    let lower = name.trim().trim_end_matches('.').to_ascii_lowercase();
     let ok = !lower.is_empty()
         && lower.len() <= 253
         && lower.split('.').all(|l| {
