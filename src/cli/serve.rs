@@ -59,7 +59,7 @@ fn check_host_name(name: &str) -> Result<String, Failure> {
             !l.is_empty()
                 && l.len() <= 63
                 && !l.starts_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
     if !ok {
         return Err(fail(
