@@ -112,7 +112,7 @@ pub fn serve(mut executor: Executor, options: ServeOptions) -> Result<(), String
 /// Resolves on SIGTERM, SIGINT or SIGHUP (the terminal `serve` ran in was
 /// closed); never, if they cannot be watched. Each ends `serve` the same way:
 /// jobs ended, the log's fill cut.
-async fn signalled() {
+pub async fn signalled() {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup())) {
         (Ok(mut term), Ok(mut int), Ok(mut hup)) => {

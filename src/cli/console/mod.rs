@@ -153,7 +153,7 @@ async fn serve(
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-    let stop = stopped();
+    let stop = crate::mcp::signalled();
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -180,21 +180,6 @@ async fn serve(
             });
             let _ = builder.serve_connection(TokioIo::new(stream), service).await;
         });
-    }
-}
-
-/// Resolves on SIGTERM, SIGINT or SIGHUP.
-async fn stopped() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup())) {
-        (Ok(mut term), Ok(mut int), Ok(mut hup)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-                _ = hup.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
     }
 }
 
