@@ -276,9 +276,47 @@ fn each_planted_rule_is_found_once_at_its_line() {
         planted(PLANTED).into_iter().chain(planted(UNPINNED)).chain(planted(&kit)).map(|(id, _)| id).collect();
     ids.sort();
     ids.dedup();
-    // WL200 is the self-test's (an escape), exercised below.
-    let all: Vec<String> = warden::lint::RULES.iter().map(|r| r.id.to_string()).filter(|id| id != "WL200").collect();
+    // WL200 is the self-test's (an escape); WL123 and WL124 are found in
+    // warden.approvals.toml, not in the policy: both exercised below.
+    let elsewhere = ["WL200", "WL123", "WL124"];
+    let all: Vec<String> =
+        warden::lint::RULES.iter().map(|r| r.id.to_string()).filter(|id| !elsewhere.contains(&id.as_str())).collect();
     assert_eq!(ids, all);
+}
+
+/// A lasting approval that can no longer apply (WL123: its definition is not the
+/// tool's) and one that covers every call with no end date (WL124), each
+/// reported at its line in `warden.approvals.toml`.
+#[test]
+fn lasting_approvals_are_linted_at_their_line_in_their_file() {
+    let env = Env::new();
+    let policy = "version = 1\n[tools.sh]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"ask\"\n\
+                  fs.read = [\"{system}\"]\n";
+    let entry = |id: &str, until: &str| {
+        format!(
+            "[[approval]]\nid = \"{id}\"\ntool = \"sh\"\ntier = \"ask\"\nmatch = \"tool\"\nscope = \"workspace\"\n\
+             workspace = \"/w\"\n{until}definition = \"sha256:00\"\nwho = \"me\"\nvia = \"test\"\n\
+             created = \"2026-01-01T00:00:00Z\"\n\n"
+        )
+    };
+    let file = env.root.path().join("warden.approvals.toml");
+    let text =
+        format!("{}{}", entry("l-aaaaaaaaaaaaaaaa", ""), entry("l-bbbbbbbbbbbbbbbb", "until = \"2999-01-01\"\n"));
+    std::fs::write(&file, text).unwrap();
+    let r = audit(&env, policy, &["--format", "json", "--fail-on", "never"]);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r:?}"));
+    let mut got: Vec<(String, u64, String)> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["file"].as_str() == Some(file.to_str().unwrap()))
+        .map(|f| (f["rule"].as_str().unwrap().to_string(), f["line"].as_u64().unwrap(), f["message"].to_string()))
+        .collect();
+    got.sort();
+    let rules: Vec<(&str, u64)> = got.iter().map(|(r, l, _)| (r.as_str(), *l)).collect();
+    // Both entries were given for another definition; the first also has no end.
+    assert_eq!(rules, [("WL123", 2), ("WL123", 14), ("WL124", 2)], "{got:?}");
+    assert!(got[0].2.contains("definition changed") && got[0].2.contains("warden approvals revoke"), "{got:?}");
 }
 
 #[test]

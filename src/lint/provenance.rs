@@ -74,7 +74,8 @@ pub(super) fn lint_lasting(l: &mut Linter<'_>, around: &Surroundings) {
                 "WL123",
                 format!("lasting approval {} of {}: {why}; `warden approvals revoke {}`", e.id, e.tool, e.id),
             );
-        } else if e.matches == Match::Tool && e.until.is_none() {
+        }
+        if e.matches == Match::Tool && e.until.is_none() {
             push(
                 "WL124",
                 format!(
