@@ -39,10 +39,12 @@ fn playwright() -> PathBuf {
     let installed = |p: &str| dir.join("node_modules").join(p).join("package.json").is_file();
     if !installed("playwright-core") || !installed("@modelcontextprotocol/sdk") {
         std::fs::create_dir_all(&dir).unwrap();
+        // A package of its own, installed in place: `--prefix` would also move npm's
+        // global configuration (PREFIX/etc/npmrc), and with it the machine's `cafile`.
+        std::fs::write(dir.join("package.json"), "{\"name\": \"warden-console-test\", \"private\": true}\n").unwrap();
         let out = Command::new("npm")
             .current_dir(&dir)
-            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
-            .arg(&dir)
+            .args(["install", "--no-audit", "--no-fund", "--silent"])
             .args([PLAYWRIGHT, TS_SDK])
             .output()
             .expect("npm (install nodejs and npm)");
