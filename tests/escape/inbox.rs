@@ -49,6 +49,17 @@ pub(crate) fn cases() -> Vec<Case> {
             heavy: false,
             run: released,
         },
+        Case {
+            id: "hostside-control-socket/process",
+            class: "hostside",
+            runtime: "process",
+            attempt: "a `warden serve` with background jobs keeps its control socket in LOG.live/procs/; a shell \
+                      tool of the same uid whose read grant holds the log's directory connects to it and asks for \
+                      every job",
+            expected: "the socket answers only peers in warden's own mount namespace: the tool gets no answer",
+            heavy: false,
+            run: control_socket,
+        },
     ]
 }
 
@@ -190,4 +201,55 @@ fn released(s: &Scene) -> Observed {
         lines.push(format!("{grant:?}: written {written}, {}", run.brief()));
     }
     Observed::new(held, lines.join("; "))
+}
+
+/// `hostside-control-socket/process`.
+fn control_socket(s: &Scene) -> Observed {
+    use std::io::{BufRead as _, BufReader};
+    let ws = s.ws("control-socket");
+    let log = ws.join("audit.jsonl");
+    let serve_policy = s.policy_file(
+        "version = 1\n[tools.bg]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"auto\"\nbackground = true\n\
+         fs.read = [\"{system}\"]\n",
+    );
+    let mut serve = std::process::Command::new(crate::scene::WARDEN)
+        .current_dir(&ws)
+        .arg("--policy")
+        .arg(&serve_policy)
+        .arg("--audit-log")
+        .arg(&log)
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .env("WARDEN_HTTP_TOKEN", "escape-control-0123456789abcdef")
+        .env("WARDEN_CACHE_DIR", crate::util::cache_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let listening = lines.by_ref().take(20).any(|l| l.is_ok_and(|l| l.contains("serving MCP at")));
+    let sock = std::fs::read_dir(Live::for_log(&log).path().join("procs")).ok().and_then(|mut d| {
+        d.find_map(|e| e.ok().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")))
+    });
+    let Some(sock) = sock.filter(|_| listening) else {
+        let _ = serve.kill();
+        let _ = serve.wait();
+        return Observed::new(false, "serve did not start its control socket");
+    };
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(3)\ns.connect({:?})\n\
+         s.sendall(b'{{\"op\": \"jobs\"}}\\n')\ntry:\n    print('answer', s.recv(4096)[:60])\nexcept Exception as e:\n    print('no answer', e)\n",
+        sock.display().to_string()
+    );
+    std::fs::write(ws.join("probe.py"), script).unwrap();
+    let policy = s.policy_file(
+        "version = 1\n[tools.sh]\nexec = [\"/bin/sh\", \"-c\", \"{command}\"]\ntier = \"auto\"\n\
+         fs.read = [\"{system}\", \"{workspace}\"]\n",
+    );
+    let args = serde_json::json!({ "command": "python3 probe.py" }).to_string();
+    let run = s.warden(&ws, &["--policy", policy.to_str().unwrap(), "call", "sh", &args], None, None);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let said = run.out();
+    Observed::new(!said.contains("answer b"), format!("tool said {said:?}; {}", run.brief()))
 }

@@ -1,7 +1,8 @@
 //! The control socket of a `serve` process with background jobs:
 //! `L.live/procs/PID.sock` beside its audit log `L` (the directory mode 0700,
 //! the socket 0600, removed on exit), for `warden console`. Only a peer of
-//! warden's own uid is answered (`SO_PEERCRED`). One JSON request line, one
+//! warden's own uid, in warden's own mount namespace (never a tool in its
+//! call's sandbox), is answered (`SO_PEERCRED`). One JSON request line, one
 //! JSON answer line:
 //! - `{"op":"jobs"}` → `{"pid","jobs":[…],"max_jobs"}` (every owner's jobs),
 //! - `{"op":"output","job","offset","limit"}` → as `job_output`,
@@ -68,7 +69,7 @@ pub fn start(jobs: Arc<Jobs>, log: &Path) -> Result<Control, String> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            if !stream.peer_cred().is_ok_and(|c| c.uid() == uid) {
+            if !stream.peer_cred().is_ok_and(|c| c.uid() == uid && c.pid().is_some_and(outside_every_call)) {
                 continue;
             }
             let jobs = jobs.clone();
@@ -78,6 +79,15 @@ pub fn start(jobs: Arc<Jobs>, log: &Path) -> Result<Control, String> {
         }
     });
     Ok(Control { path, task })
+}
+
+/// Whether process `pid` shares this process's mount namespace: a tool runs
+/// in a mount namespace of its call's own, the only place where a grant can
+/// bring this socket's path into reach (without one, `AF_UNIX` to a host path
+/// is refused), so a tool of the same uid is never answered.
+fn outside_every_call(pid: i32) -> bool {
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    ns("self").is_some_and(|mine| ns(&pid.to_string()) == Some(mine))
 }
 
 async fn answer(jobs: Arc<Jobs>, stream: tokio::net::UnixStream) -> std::io::Result<()> {
