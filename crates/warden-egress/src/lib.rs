@@ -7,6 +7,7 @@
 //! bounds are described in docs/security.md, "The egress proxy".
 
 mod accept;
+pub mod ca;
 pub mod http;
 pub mod journal;
 pub mod rules;
