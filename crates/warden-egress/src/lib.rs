@@ -11,6 +11,7 @@ pub mod ca;
 pub mod http;
 pub mod journal;
 pub mod rules;
+pub mod scan;
 pub mod socks;
 mod tunnel;
 
