@@ -231,7 +231,13 @@ async fn the_certificates_have_the_promised_fields_and_pass_x509_strict() {
     assert_eq!(serial.trim().split(':').count(), 16, "a 16-byte serial: {serial:?}");
     let root = openssl(&["x509", "-noout", "-text"], ca.cert_pem().as_bytes());
     let cn = format!("CN = warden egress CA {} ", std::process::id());
-    for want in ["CA:TRUE, pathlen:0", "Certificate Sign, CRL Sign", cn.as_str(), "ASN1 OID: prime256v1"] {
+    for want in [
+        "CA:TRUE, pathlen:0",
+        "Certificate Sign, CRL Sign",
+        "X509v3 Subject Key Identifier",
+        cn.as_str(),
+        "ASN1 OID: prime256v1",
+    ] {
         assert!(root.contains(want), "the CA lacks {want:?}:\n{root}");
     }
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -243,6 +249,49 @@ async fn the_certificates_have_the_promised_fields_and_pass_x509_strict() {
         pem_encode(&chain[0]).as_bytes(),
     );
     assert!(verified.contains("OK"), "{verified}");
+}
+
+/// Python's ssl client with 3.13's default flags (`VERIFY_X509_STRICT`,
+/// `VERIFY_X509_PARTIAL_CHAIN`) trusting only the CA.
+const PYTHON_CLIENT: &str = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+ctx.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
+ctx.set_alpn_protocols(["h2", "http/1.1"])
+with socket.create_connection(("127.0.0.1", int(sys.argv[2]))) as raw:
+    with ctx.wrap_socket(raw, server_hostname=sys.argv[3]) as tls:
+        print(tls.selected_alpn_protocol(), tls.recv(2).decode())
+"#;
+
+#[tokio::test]
+async fn python_with_strict_x509_verification_accepts_the_leaf() {
+    let ca = authority();
+    let server = ca.server_config(HOST).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let port = listener.local_addr().unwrap_or_else(|e| panic!("{e}")).port().to_string();
+    let serve = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let mut tls = tokio_rustls::TlsAcceptor::from(server).accept(tcp).await.map_err(|e| e.to_string())?;
+        tls.write_all(b"ok").await.map_err(|e| e.to_string())?;
+        tls.shutdown().await.map_err(|e| e.to_string())
+    });
+    let ca_arg = ca_file.to_str().unwrap_or_else(|| panic!("path")).to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .args(["-c", PYTHON_CLIENT, &ca_arg, &port, HOST])
+            .output()
+            .unwrap_or_else(|e| panic!("python3: {e}"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "python's strict client failed: {text}");
+    assert_eq!(text.trim(), "http/1.1 ok");
+    serve.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("the server failed: {e}"));
 }
 
 /// The 32-byte private scalar inside a P-256 PKCS#8 key: ECPrivateKey's
