@@ -109,7 +109,10 @@ fn chunk_size(line: &[u8]) -> Result<u64, String> {
     if size.is_empty() || size.len() > 15 || !size.iter().all(u8::is_ascii_hexdigit) {
         return Err("a malformed chunk size".into());
     }
-    std::str::from_utf8(size).ok().and_then(|s| u64::from_str_radix(s, 16).ok()).ok_or_else(|| "a malformed chunk size".into())
+    std::str::from_utf8(size)
+        .ok()
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| "a malformed chunk size".into())
 }
 
 /// How warden writes a body on.
@@ -301,9 +304,13 @@ mod tests {
         }
         let mut r = tokio::io::BufReader::new(&b"HTTP/1.1 204 No\r\nContent-Length: 5\r\n\r\n"[..]);
         assert_eq!(read_status(&mut r).await.unwrap().framing(false).unwrap(), Incoming::None);
-        let mut r =
-            tokio::io::BufReader::new(&b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"[..]);
-        assert_eq!(read_status(&mut r).await.unwrap().framing(false).unwrap(), Incoming::Chunked { left: 0, done: false });
+        let mut r = tokio::io::BufReader::new(
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"[..],
+        );
+        assert_eq!(
+            read_status(&mut r).await.unwrap().framing(false).unwrap(),
+            Incoming::Chunked { left: 0, done: false }
+        );
         let mut r = tokio::io::BufReader::new(&b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n"[..]);
         assert!(read_status(&mut r).await.unwrap().framing(false).is_err());
     }

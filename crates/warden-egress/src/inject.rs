@@ -208,7 +208,12 @@ pub(crate) fn plan(head: &Head, t: &Ticket, here: &[Arc<Held>], all: &[Arc<Held>
     }
     body_pairs.sort();
     body_pairs.dedup();
-    let body = (!body_pairs.is_empty() && !matches!(body_framing, Framing::None)).then(|| Replacer::new(body_pairs));
+    let body =
+        match (!body_pairs.is_empty() && !matches!(body_framing, Framing::None)).then(|| Replacer::new(body_pairs)) {
+            None => None,
+            Some(Ok(r)) => Some(r),
+            Some(Err(e)) => return Err(Answer { status: 502, reason: e }),
+        };
     let http11 = head.version == "HTTP/1.1";
     let chunked_body = match (&body_framing, &body) {
         (Framing::Chunked, _) => true,
@@ -220,8 +225,11 @@ pub(crate) fn plan(head: &Head, t: &Ticket, here: &[Arc<Held>], all: &[Arc<Held>
         }
         _ => false,
     };
-    let lists_close = head.all("connection").any(|v| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"close")));
-    let keep_alive = head.all("connection").any(|v| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"keep-alive")));
+    let lists_close =
+        head.all("connection").any(|v| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"close")));
+    let keep_alive = head
+        .all("connection")
+        .any(|v| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"keep-alive")));
     let close = lists_close || (!http11 && !keep_alive);
     let out = upstream_head(head, &target, &headers, chunked_body, close)?;
     Ok(Plan { head: out, body, chunked_body, head_method: head.method == "HEAD", http11, close })

@@ -36,7 +36,13 @@ pub(crate) fn bound_here(ctx: &Ctx, host: &str, port: u16) -> Vec<Arc<Held>> {
 /// Serves an intercepted CONNECT (the `200` already sent) until either side
 /// ends, the call ends or the connection idles. Returns a note on how it ended
 /// when not cleanly.
-pub(crate) async fn run(client: TcpStream, upstream: TcpStream, ctx: &Ctx, t: &Ticket, here: &[Arc<Held>]) -> Option<String> {
+pub(crate) async fn run(
+    client: TcpStream,
+    upstream: TcpStream,
+    ctx: &Ctx,
+    t: &Ticket,
+    here: &[Arc<Held>],
+) -> Option<String> {
     tokio::select! {
         () = ctx.stop.cancelled() => Some("ended: the call ended".into()),
         () = t.idle() => Some(format!("ended: idle for {}s", IDLE_TIMEOUT.as_secs())),
@@ -73,7 +79,13 @@ async fn session(client: TcpStream, upstream: TcpStream, ctx: &Ctx, t: &Ticket, 
     };
     let (ur, mut uw) = tokio::io::split(up);
     let mut ur = BufReader::new(ur);
-    let redact = crate::vault::redactor(&ctx.policy.credentials);
+    let redact = match crate::vault::redactor(&ctx.policy.credentials) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = cw.write_all(&response(502, &e)).await;
+            return Some(format!("ended: {e}"));
+        }
+    };
     let mut first = true;
     loop {
         let limit = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
@@ -106,10 +118,7 @@ async fn session(client: TcpStream, upstream: TcpStream, ctx: &Ctx, t: &Ticket, 
 }
 
 /// warden's own TLS to the real server, verified against the system roots.
-async fn connect_upstream(
-    host: &str,
-    tcp: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+async fn connect_upstream(host: &str, tcp: TcpStream) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let config = crate::ca::upstream_config()?;
     let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
     match tokio::time::timeout(CONNECT_TIMEOUT, tokio_rustls::TlsConnector::from(config).connect(name, tcp)).await {
@@ -247,7 +256,11 @@ async fn respond(
             return Err("the server switched protocols, which warden does not relay".into());
         }
         let incoming = st.framing(req.head_method)?;
-        let encoding = st.all("content-encoding").map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase()).collect::<Vec<_>>().join(",");
+        let encoding = st
+            .all("content-encoding")
+            .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join(",");
         let mut decoder = match (incoming, encoding.as_str()) {
             (Incoming::None, _) | (_, "" | "identity") => None,
             (_, enc) => match Decoder::new(enc, MAX_DECODED) {

@@ -57,7 +57,11 @@ impl Held {
     /// The users of its `basic` binds that warden adds itself (for redacting
     /// the exact `Authorization: Basic` text it sent).
     fn basic_users(&self) -> Vec<&str> {
-        self.binds.iter().filter(|b| b.always && b.inject == warden_policy::Inject::Basic).map(|b| b.user.as_str()).collect()
+        self.binds
+            .iter()
+            .filter(|b| b.always && b.inject == warden_policy::Inject::Basic)
+            .map(|b| b.user.as_str())
+            .collect()
     }
 }
 
@@ -84,10 +88,11 @@ pub fn hold(tool: &str, creds: &[Credential]) -> Result<Vec<Arc<Held>>, String> 
         let l = match existing {
             Some(l) => l,
             None => {
-                let real = read(&c.source)
-                    .and_then(|v| check(&v).map(|()| v))
-                    .map_err(|e| format!("{tool}: credential {}: {e} ([credentials.{}] from, {})", c.name, c.name, c.location))?;
-                let placeholder = crate::scan::placeholder(&real);
+                let real = read(&c.source).and_then(|v| check(&v).map(|()| v)).map_err(|e| {
+                    format!("{tool}: credential {}: {e} ([credentials.{}] from, {})", c.name, c.name, c.location)
+                })?;
+                let placeholder =
+                    crate::scan::placeholder(&real).map_err(|e| format!("{tool}: credential {}: {e}", c.name))?;
                 let l = Arc::new(Loaded { real, placeholder });
                 let mut map = loaded().lock().map_err(|_| "the credential vault is poisoned".to_string())?;
                 map.entry(key).or_insert(l).clone()
@@ -106,7 +111,7 @@ pub fn hold(tool: &str, creds: &[Credential]) -> Result<Vec<Arc<Held>>, String> 
 
 /// What replaces every form of the held credentials' real values (raw,
 /// percent-encoded, JSON-escaped, base64) by the same form of their placeholders.
-pub fn redactor(held: &[Arc<Held>]) -> Replacer {
+pub fn redactor(held: &[Arc<Held>]) -> Result<Replacer, String> {
     let mut pairs = Vec::new();
     for h in held {
         pairs.extend(crate::scan::redaction_pairs(h.real(), &h.placeholder, None));
@@ -152,7 +157,9 @@ fn read(source: &Source) -> Result<String, String> {
     match source {
         Source::Env(name) => std::env::var(name).map_err(|e| match e {
             std::env::VarError::NotPresent => {
-                format!("{name} is not set in warden's environment; set it where warden starts (the tool never sees it)")
+                format!(
+                    "{name} is not set in warden's environment; set it where warden starts (the tool never sees it)"
+                )
             }
             std::env::VarError::NotUnicode(_) => format!("{name} in warden's environment is not UTF-8"),
         }),
@@ -180,10 +187,7 @@ fn read_file(path: &std::path::Path) -> Result<String, String> {
         return Err(format!("{shown} belongs to uid {}, not to warden's user (uid {me}); chown it", meta.uid()));
     }
     if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{shown} has mode {:o}: others may read it; chmod 600 {shown}",
-            meta.mode() & 0o7777
-        ));
+        return Err(format!("{shown} has mode {:o}: others may read it; chmod 600 {shown}", meta.mode() & 0o7777));
     }
     let mut text = String::new();
     file.take(MAX_SOURCE + 1)
@@ -278,15 +282,36 @@ mod tests {
 
     #[test]
     fn commands_run_without_a_shell_and_bad_values_are_refused() {
-        let h = hold("tool", &[Credential { name: "c".into(), ..cred(Source::Command(vec!["printf".into(), "tok-%s".into(), "abcdefgh".into()])) }]).unwrap();
+        let h = hold(
+            "tool",
+            &[Credential {
+                name: "c".into(),
+                ..cred(Source::Command(vec!["printf".into(), "tok-%s".into(), "abcdefgh".into()]))
+            }],
+        )
+        .unwrap();
         assert_eq!(h[0].real(), "tok-abcdefgh");
-        let e = hold("tool", &[Credential { name: "d".into(), ..cred(Source::Command(vec!["printf".into(), "a\\nb-long-enough".into()])) }]).unwrap_err();
+        let e = hold(
+            "tool",
+            &[Credential {
+                name: "d".into(),
+                ..cred(Source::Command(vec!["printf".into(), "a\\nb-long-enough".into()]))
+            }],
+        )
+        .unwrap_err();
         assert!(e.contains("line break"), "{e}");
-        let e = hold("tool", &[Credential { name: "e".into(), ..cred(Source::Command(vec!["false".into()])) }]).unwrap_err();
+        let e = hold("tool", &[Credential { name: "e".into(), ..cred(Source::Command(vec!["false".into()])) }])
+            .unwrap_err();
         assert!(e.contains("failed"), "{e}");
-        let e = hold("tool", &[Credential { name: "f".into(), ..cred(Source::Env("WARDEN_TEST_UNSET_VARIABLE".into())) }]).unwrap_err();
+        let e =
+            hold("tool", &[Credential { name: "f".into(), ..cred(Source::Env("WARDEN_TEST_UNSET_VARIABLE".into())) }])
+                .unwrap_err();
         assert!(e.contains("not set in warden's environment"), "{e}");
-        let e = hold("tool", &[Credential { name: "g".into(), ..cred(Source::Command(vec!["printf".into(), "short".into()])) }]).unwrap_err();
+        let e = hold(
+            "tool",
+            &[Credential { name: "g".into(), ..cred(Source::Command(vec!["printf".into(), "short".into()])) }],
+        )
+        .unwrap_err();
         assert!(e.contains("at least 8"), "{e}");
     }
 }

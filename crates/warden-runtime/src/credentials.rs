@@ -37,7 +37,11 @@ fn bundle() -> Result<&'static PathBuf, String> {
     BUNDLE
         .get_or_init(|| {
             let ca = crate::egress::intercept::authority()?;
-            let pem = crate::egress::ca::bundle_pem(ca);
+            let bundle = crate::egress::ca::bundle_pem(ca);
+            if let Some(note) = &bundle.note {
+                tracing::warn!("the CA bundle for credential interception: {note}");
+            }
+            let pem = bundle.pem;
             let base = std::env::var_os("XDG_RUNTIME_DIR")
                 .map(PathBuf::from)
                 .filter(|p| p.is_absolute() && p.is_dir())
