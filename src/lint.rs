@@ -18,6 +18,7 @@ use crate::policy::compile::{expand_text, line_column};
 use crate::policy::schema::{RawPolicy, RawTool};
 use crate::policy::{Context, PolicyError, SandboxMode, Tier};
 
+mod credentials;
 mod provenance;
 mod rules;
 pub use self::rules::{LintRule, RULES, Severity, rule};
@@ -167,6 +168,7 @@ pub fn lint(text: &str, origin: &str, ctx: &Context, around: &Surroundings) -> V
     }
     provenance::lint_plugins(&mut l, &raw, around);
     provenance::lint_lasting(&mut l, around);
+    credentials::lint_credentials(&mut l, &raw, ctx);
     let default_tier = raw.defaults.tier.unwrap_or(Tier::Ask);
     for (name, tool) in &raw.tools {
         lint_tool(&mut l, name, tool, default_tier, ctx, around);

@@ -93,6 +93,31 @@ fs.read = ["{system}", "/run/user"]   # WL120
 
 [profiles.reviewer]
 tools = ["read_file", "git_*"]   # WL118
+
+[credentials.gh]
+from = { file = "{home}/gh-token" }   # WL129 WL129
+variable = "GH_TOKEN"
+
+[[credentials.gh.bind]]
+host = "api.github.com"
+inject = "bearer"
+body = true   # WL127
+
+[credentials.spare]   # WL125
+from = { env = "SPARE_TOKEN" }
+variable = "SPARE_TOKEN"
+
+[[credentials.spare.bind]]
+host = "api.example.com"
+inject = "bearer"
+
+[tools.gh]
+exec = ["/bin/true"]
+tier = "ask"
+fs.read = ["{system}"]
+net.connect = ["api.github.com:443", "paste.example.org:443"]   # WL103
+env.set = { SSL_CERT_FILE = "/etc/ssl/certs/ca-certificates.crt" }
+credentials = ["gh"]   # WL126 WL128
 "#;
 
 /// A plugin file without sha256: the loader refuses it (WL000) and the lint names why (WL106).

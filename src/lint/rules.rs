@@ -329,6 +329,56 @@ pub const RULES: &[LintRule] = &[
         security_severity: "4.0",
     },
     LintRule {
+        id: "WL125",
+        name: "credential-unused",
+        severity: Severity::Warning,
+        short: "A credential nothing can use",
+        full: "A [credentials.NAME] table with no bind, or that no tool or server holds, is loaded by no call: its \
+               source is a secret kept in reach for nothing, and a reviewer cannot tell what it was meant for.",
+        help: "Add a [[credentials.NAME.bind]] and name it in a tool's credentials = [...], or remove it.",
+        security_severity: "1.0",
+    },
+    LintRule {
+        id: "WL126",
+        name: "credential-exfiltration-path",
+        severity: Severity::Warning,
+        short: "A tool holds a credential and may reach other destinations too",
+        full: "The tool never sees the real value, but it can read what the credential opens (a private repository, \
+               an API's answers) and send that to another host its net.connect grants, or through a unix socket.",
+        help: "Grant the holding tool only the hosts its credentials bind; give other destinations to another tool.",
+        security_severity: "5.0",
+    },
+    LintRule {
+        id: "WL127",
+        name: "credential-in-body",
+        severity: Severity::Warning,
+        short: "A credential is substituted in request bodies",
+        full: "With body = true warden replaces the placeholder anywhere in a request body toward the bound host: a \
+               tool can make that host store the real value (an issue comment, a gist) and read it back.",
+        help: "Keep body = false unless the API takes the secret in its body, and bind it to that path only.",
+        security_severity: "5.5",
+    },
+    LintRule {
+        id: "WL128",
+        name: "credential-ca-overridden",
+        severity: Severity::Warning,
+        short: "A tool that holds a credential sets its own CA bundle",
+        full: "warden points a holding tool's clients at a bundle of the system roots and its egress CA (SSL_CERT_FILE, \
+               REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS and others). A policy value for one of them wins, and the \
+               client then refuses warden's interception, so requests to the bound host fail.",
+        help: "Remove the variable from env.set and env.pass; warden's bundle already holds the system roots.",
+        security_severity: "2.0",
+    },
+    LintRule {
+        id: "WL129",
+        name: "credential-source-readable",
+        severity: Severity::Error,
+        short: "A credential's source file lies in a tool's grant",
+        full: "The tool that can read the file reads the real value itself: the placeholder protects nothing.",
+        help: "Move the file outside every fs.read and fs.write grant (for example under ~/.config/warden), mode 600.",
+        security_severity: "8.0",
+    },
+    LintRule {
         id: "WL200",
         name: "self-test-escape",
         severity: Severity::Error,

@@ -222,6 +222,9 @@ mod tests {
             bytes_up: 10,
             bytes_down: 20,
             duration_ms: 1.0,
+            intercepted: false,
+            credentials: Vec::new(),
+            redacted: 0,
         }
     }
 

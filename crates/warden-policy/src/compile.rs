@@ -167,7 +167,7 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         c.problem(0..0, format!("too many tools: {} (at most {MAX_TOOLS})", raw.tools.len()));
     }
 
-    let credentials = crate::credential::compile_credentials(&mut c, &raw.credentials);
+    let credentials = crate::credential::compile_credentials(&mut c, &raw.credentials, ctx);
     let mut servers = compile_servers(&mut c, &raw, &plugins, &defaults, ctx);
     for (name, spanned) in &raw.servers {
         if let Some(s) = servers.get_mut(name.get_ref()) {

@@ -60,7 +60,7 @@ pub struct RawBind {
     pub inject: Spanned<toml::Value>,
     pub always: Option<bool>,
     pub user: Option<String>,
-    pub body: Option<bool>,
+    pub body: Option<Spanned<bool>>,
 }
 
 /// Where warden reads a credential's real value.
@@ -162,6 +162,7 @@ fn valid_name(n: &str) -> bool {
 pub(crate) fn compile_credentials(
     c: &mut Checker<'_>,
     raw: &BTreeMap<Spanned<String>, Spanned<RawCredential>>,
+    ctx: &crate::Context,
 ) -> BTreeMap<String, Credential> {
     let mut out = BTreeMap::new();
     if raw.len() > MAX_CREDENTIALS {
@@ -173,16 +174,21 @@ pub(crate) fn compile_credentials(
             c.problem(name.span(), format!("credential {n:?}: a name is lower-case letters, digits, - and _"));
             continue;
         }
-        if let Some(compiled) = compile_one(c, n, cred) {
+        if let Some(compiled) = compile_one(c, n, cred, ctx) {
             out.insert(n.clone(), compiled);
         }
     }
     out
 }
 
-fn compile_one(c: &mut Checker<'_>, n: &str, cred: &Spanned<RawCredential>) -> Option<Credential> {
+fn compile_one(
+    c: &mut Checker<'_>,
+    n: &str,
+    cred: &Spanned<RawCredential>,
+    ctx: &crate::Context,
+) -> Option<Credential> {
     let raw = cred.get_ref();
-    let source = compile_source(c, n, &raw.from)?;
+    let source = compile_source(c, n, &raw.from, ctx)?;
     let var = raw.variable.get_ref();
     if !crate::compile::valid_env_name(var) {
         c.problem(raw.variable.span(), format!("credentials.{n}.variable {var:?} is not a variable name"));
@@ -207,7 +213,7 @@ fn compile_one(c: &mut Checker<'_>, n: &str, cred: &Spanned<RawCredential>) -> O
     })
 }
 
-fn compile_source(c: &mut Checker<'_>, n: &str, from: &Spanned<RawSource>) -> Option<Source> {
+fn compile_source(c: &mut Checker<'_>, n: &str, from: &Spanned<RawSource>, ctx: &crate::Context) -> Option<Source> {
     let f = from.get_ref();
     let given = [f.env.is_some(), f.file.is_some(), f.command.is_some(), f.keyring.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
@@ -225,7 +231,10 @@ fn compile_source(c: &mut Checker<'_>, n: &str, from: &Spanned<RawSource>) -> Op
         return Some(Source::Env(v.clone()));
     }
     if let Some(p) = &f.file {
-        let p = PathBuf::from(p);
+        let p = match crate::compile::expand_text(p, ctx, false) {
+            Ok(p) => PathBuf::from(p),
+            Err(e) => return bad(c, format!("file {p:?}: {e}")),
+        };
         if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
             return bad(c, format!("file {:?} must be an absolute path without `..`", p.display()));
         }
@@ -304,7 +313,16 @@ fn compile_bind(c: &mut Checker<'_>, n: &str, b: &Spanned<RawBind>) -> Option<Bi
     if user.contains([':', '\r', '\n', '\0']) {
         c.problem(at.clone(), format!("credentials.{n}.bind.user {user:?} may not hold `:` or control characters"));
     }
-    Some(Bind { host, port, methods, paths, inject, always, user, body: raw.body.unwrap_or(false) })
+    Some(Bind {
+        host,
+        port,
+        methods,
+        paths,
+        inject,
+        always,
+        user,
+        body: raw.body.as_ref().is_some_and(|b| *b.get_ref()),
+    })
 }
 
 fn compile_inject(c: &mut Checker<'_>, n: &str, v: &Spanned<toml::Value>) -> Option<Inject> {

@@ -106,3 +106,21 @@ pub(crate) fn for_call(
     dirs.push((path.clone(), false));
     Ok(held)
 }
+
+/// Defence in depth: the tool never holds a real value, but should one reach
+/// its output (an upstream that echoed it where warden could not see, over an
+/// opaque tunnel), every form of it is replaced by the placeholder before the
+/// result or the record holds it, and warden says so.
+pub(crate) fn redact_output(tool: &str, walls: &crate::Walls, texts: [&mut String; 2]) {
+    if walls.credentials.is_empty() {
+        return;
+    }
+    let Ok(redact) = crate::egress::vault::redactor(&walls.credentials) else { return };
+    for text in texts {
+        let (out, hits) = redact.replace_all(text.as_bytes());
+        if hits > 0 {
+            tracing::warn!("{tool}: a credential's real value reached the tool's output; warden replaced it");
+            *text = String::from_utf8_lossy(&out).into_owned();
+        }
+    }
+}

@@ -418,7 +418,9 @@ impl ProcessRuntime {
 
             let cpu = tv(ended.rusage.ru_utime) + tv(ended.rusage.ru_stime);
             // Both streams within max_output together, each keeping its head and tail.
-            let [out_text, err_text] = capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
+            let [mut out_text, mut err_text] =
+                capture::fit([("stdout", &stdout), ("stderr", &stderr)], capture::budget(cap));
+            crate::credentials::redact_output(tool, walls, [&mut out_text.text, &mut err_text.text]);
             let truncated = out_text.dropped > 0 || err_text.dropped > 0 || cut_short;
             let usage = Usage {
                 cpu_ms: cpu.as_secs_f64() * 1000.0,
