@@ -59,6 +59,9 @@ pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
             if !e.spec.grants.net.is_empty() {
                 println!("  network: {}", crate::checkup::egress_mechanism(&e.spec));
             }
+            for c in &e.spec.grants.credentials {
+                println!("  credential {}: {} sees a placeholder; {}", c.name, c.variable, bind_words(c));
+            }
         }
         if let Err(err) = &e.state
             && e.spec.tier != Tier::Deny
@@ -96,6 +99,31 @@ pub(super) fn check(s: &Session, file: Option<&Path>) -> Result<u8, Failure> {
     let runtime = ComponentRuntime::new(cache_dir()).map_err(|e| fail(ErrorCode::Internal, e.message))?;
     let (catalog, _servers) = catalog_of(&policy, &runtime);
     Ok(policy_check(&policy, &catalog))
+}
+
+/// Where a credential's real value may go, in words.
+fn bind_words(c: &crate::policy::Credential) -> String {
+    let binds: Vec<String> = c
+        .binds
+        .iter()
+        .map(|b| {
+            let mut s = format!("{}:{} as {}", b.host, b.port, b.inject);
+            if !b.methods.is_empty() {
+                s.push_str(&format!(" for {}", b.methods.join("/")));
+            }
+            if !b.paths.is_empty() {
+                s.push_str(&format!(" under {}", b.paths.join(" ")));
+            }
+            if b.always {
+                s.push_str(" (added when absent)");
+            }
+            if b.body {
+                s.push_str(" (and in bodies)");
+            }
+            s
+        })
+        .collect();
+    format!("the real value ({}) goes only to {}", c.source, binds.join("; "))
 }
 
 /// The lasting approvals kept beside the policy, each with whether it still applies.
