@@ -83,7 +83,13 @@ function network(n) {
   const out = ['network: ' + (n.allowed || 0) + ' allowed, ' + (n.refused || 0) + ' refused'];
   for (const a of n.attempts || []) {
     const where = JSON.stringify(a.host) + ':' + a.port;
-    out.push((a.allowed ? '  → ' : '  ✗ ') + where + (a.allowed ? '' : ' refused: ' + (a.reason || '')));
+    out.push((a.allowed ? '  → ' : '  ✗ ') + where + (a.allowed ? '' : ' refused: ' + (a.reason || '')) +
+      (a.intercepted ? ' [intercepted]' : ''));
+    for (const c of a.credentials || []) {
+      out.push('      credential ' + c.name + ': ' + c.substituted + ' substituted' +
+        (c.misdirected ? ', ' + c.misdirected + ' placeholder(s) sent where no bind covers them, not substituted' : ''));
+    }
+    if (a.redacted) out.push('      ' + a.redacted + ' real value(s) in responses replaced by placeholders');
   }
   return out;
 }
