@@ -27,6 +27,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod egress;
+mod intercept;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -349,8 +350,10 @@ const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 fn main() {
     // `WARDEN_BENCH_ONLY=egress`: only the egress proxy's rows and targets.
-    if std::env::var("WARDEN_BENCH_ONLY").as_deref() == Ok("egress") {
-        let (rows, targets) = egress::rows(|n, f| measure(n, f), percentile);
+    let only = std::env::var("WARDEN_BENCH_ONLY").unwrap_or_default();
+    if only == "egress" || only == "intercept" {
+        let (rows, targets) =
+            if only == "egress" { egress::rows(|n, f| measure(n, f), percentile) } else { intercept::rows(percentile) };
         for (name, p50, p95) in rows {
             println!("{name:<54} {:>12.1} {:>12.1}", us(p50), us(p95));
         }
@@ -656,6 +659,9 @@ fn main() {
     // The egress proxy against direct connections (issue 18).
     let (egress_rows, egress_targets) = egress::rows(|n, f| measure(n, f), percentile);
     extra.extend(egress_rows);
+    // Credential interception against the opaque tunnel (issue 36).
+    let (intercept_rows, intercept_targets) = intercept::rows(percentile);
+    extra.extend(intercept_rows);
 
     // MCP over stdio.
     let mcp_log = dir.path().join("mcp-audit.jsonl");
@@ -828,6 +834,7 @@ fn main() {
         ));
     }
     targets.extend(egress_targets);
+    targets.extend(intercept_targets);
     println!("\n{:<80} {:>6}  measured", "target", "met");
     for (name, met, seen) in &targets {
         println!("{name:<80} {:>6}  {seen}", if *met { "yes" } else { "NO" });

@@ -32,7 +32,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     if !status.success() {
         return Err(format!("building warden-sandbox failed ({status}); see its output above"));
     }
-    let status = super::cargo()
+    let tls = bench_tls(&root.join("target").join("bench-tls"));
+    if let Err(e) = &tls {
+        println!("the credential interception rows will be skipped: {e}");
+    }
+    let mut bench = super::cargo();
+    if let Ok((dir, bundle)) = &tls {
+        bench.env("WARDEN_BENCH_TLS", dir).env("SSL_CERT_FILE", bundle);
+    }
+    let status = bench
         .current_dir(&root)
         .args(["bench", "--locked", "--bench", "pipeline"])
         .status()
@@ -65,4 +73,81 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
     println!("{} target(s) not met: {}", missed.len(), missed.join("; "));
     if strict { Err("targets not met (--strict)".into()) } else { Ok(()) }
+}
+
+/// A loopback TLS origin's CA and leaf (for `api.warden.test` and
+/// `evil.warden.test`) made with openssl in `dir`, and a bundle of the
+/// system roots and that CA, which the bench's warden verifies the origin against.
+fn bench_tls(dir: &std::path::Path) -> Result<(PathBuf, PathBuf), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let ext = dir.join("ext");
+    std::fs::write(&ext, "subjectAltName=DNS:api.warden.test,DNS:evil.warden.test\nbasicConstraints=CA:FALSE\n")
+        .map_err(|e| format!("cannot write {}: {e}", ext.display()))?;
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=warden bench origin CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "leaf.key",
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/CN=api.warden.test",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "leaf.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    ];
+    for args in steps {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("cannot run openssl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("openssl {} failed: {}", args[0], String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let roots = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    let ca = std::fs::read(dir.join("ca.pem")).map_err(|e| format!("cannot read the bench CA: {e}"))?;
+    let bundle = dir.join("bundle.pem");
+    std::fs::write(&bundle, [roots, ca].concat()).map_err(|e| format!("cannot write {}: {e}", bundle.display()))?;
+    Ok((dir.to_path_buf(), bundle))
 }
