@@ -394,3 +394,55 @@ fn a_tool_with_neither_exec_nor_plugin_only_lends_its_walls() {
         );
     }
 }
+
+const CRED: &str = r#"version = 1
+[credentials.gh]
+from = { env = "GH_TOKEN" }
+variable = "GH_TOKEN"
+[[credentials.gh.bind]]
+host = "api.github.com"
+inject = "bearer"
+methods = ["get"]
+paths = ["/repos/acme/"]
+[[credentials.gh.bind]]
+host = "github.com"
+inject = "basic"
+always = true
+"#;
+
+const HOLDER: &str = "[tools.gh]\nexec = [\"/bin/true\"]\nnet.connect = [\"api.github.com:443\"]\ncredentials = [\"gh\"]\n";
+
+#[test]
+fn a_tool_holds_the_credentials_it_names() {
+    let p = load(&format!("{CRED}{HOLDER}")).unwrap_or_else(|e| panic!("{e}"));
+    let held = &p.tools["gh"].grants.credentials;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].variable, "GH_TOKEN");
+    assert_eq!(held[0].binds[0].methods, ["GET"]);
+    assert_eq!(held[0].binds[1].user, "x-access-token");
+    assert!(held[0].binds[0].covers("API.github.com.", 443, "GET", "/repos/acme/x"));
+    assert!(!held[0].binds[0].covers("api.github.com", 443, "POST", "/repos/acme/x"));
+    assert!(!held[0].binds[0].covers("api.github.com", 443, "GET", "/repos/other"));
+    assert_eq!(p.credentials["gh"].source, crate::Source::Env("GH_TOKEN".into()));
+}
+
+#[test]
+fn credential_mistakes_are_refused_naming_the_key() {
+    let cases: &[(String, &str)] = &[
+        (format!("{CRED}{HOLDER}").replace("credentials = [\"gh\"]", "credentials = [\"gx\"]"), "no [credentials.gx]"),
+        (format!("{CRED}{HOLDER}env.pass = [\"GH_TOKEN\"]\n"), "env.pass or env.set also names"),
+        (format!("{CRED}{HOLDER}").replace("net.connect = [\"api.github.com:443\"]", "net.connect = [\"x.org:443\"]"), "does not grant"),
+        (CRED.replace("host = \"api.github.com\"", "host = \"10.0.0.1\""), "one DNS name"),
+        (CRED.replace("host = \"api.github.com\"", "host = \"*.github.com\""), "one DNS name"),
+        (CRED.replace("inject = \"bearer\"", "inject = \"cookie\""), "credentials.gh.bind.inject"),
+        (CRED.replace("inject = \"bearer\"", "inject = { header = \"Host\" }"), "credentials.gh.bind.inject"),
+        (CRED.replace("from = { env = \"GH_TOKEN\" }", "from = { env = \"A\", file = \"/x\" }"), "exactly one of"),
+        (CRED.replace("from = { env = \"GH_TOKEN\" }", "from = { file = \"rel/path\" }"), "absolute path"),
+        (CRED.replace("paths = [\"/repos/acme/\"]", "paths = [\"/a/../b\"]"), "a path prefix"),
+        (format!("{HEAD}{}[tools.r]\nplugin = \"fs\"\ncredentials = [\"gh\"]\n", CRED.replacen("version = 1\n", "", 1)), "process tools"),
+    ];
+    for (text, needle) in cases {
+        let p = first_problem(text);
+        assert!(p.message.contains(needle), "{needle:?} not in {:?}", p.message);
+    }
+}
