@@ -124,3 +124,22 @@ pub(crate) fn redact_output(tool: &str, walls: &crate::Walls, texts: [&mut Strin
         }
     }
 }
+
+/// [`redact_output`] for a wrapped server's result: every form of a held
+/// credential's real value in it replaced by its placeholder (the same forms,
+/// JSON-escaped ones included, so the document stays JSON).
+pub(crate) fn redact_value(tool: &str, held: &[Arc<Held>], value: &mut serde_json::Value) -> Result<(), CallError> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    let fail =
+        |e: String| CallError::new(ErrorCode::Internal, format!("{tool}: cannot scan the result for credentials: {e}"));
+    let redact = crate::egress::vault::redactor(held).map_err(fail)?;
+    let text = serde_json::to_vec(value).map_err(|e| fail(e.to_string()))?;
+    let (out, hits) = redact.replace_all(&text);
+    if hits > 0 {
+        tracing::warn!("{tool}: a credential's real value reached the server's result; warden replaced it");
+        *value = serde_json::from_slice(&out).map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(())
+}

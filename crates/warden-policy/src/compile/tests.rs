@@ -410,7 +410,8 @@ inject = "basic"
 always = true
 "#;
 
-const HOLDER: &str = "[tools.gh]\nexec = [\"/bin/true\"]\nnet.connect = [\"api.github.com:443\"]\ncredentials = [\"gh\"]\n";
+const HOLDER: &str =
+    "[tools.gh]\nexec = [\"/bin/true\"]\nnet.connect = [\"api.github.com:443\"]\ncredentials = [\"gh\"]\n";
 
 #[test]
 fn a_tool_holds_the_credentials_it_names() {
@@ -431,7 +432,11 @@ fn credential_mistakes_are_refused_naming_the_key() {
     let cases: &[(String, &str)] = &[
         (format!("{CRED}{HOLDER}").replace("credentials = [\"gh\"]", "credentials = [\"gx\"]"), "no [credentials.gx]"),
         (format!("{CRED}{HOLDER}env.pass = [\"GH_TOKEN\"]\n"), "env.pass or env.set also names"),
-        (format!("{CRED}{HOLDER}").replace("net.connect = [\"api.github.com:443\"]", "net.connect = [\"x.org:443\"]"), "does not grant"),
+        (
+            format!("{CRED}{HOLDER}")
+                .replace("net.connect = [\"api.github.com:443\"]", "net.connect = [\"x.org:443\"]"),
+            "does not grant",
+        ),
         (CRED.replace("host = \"api.github.com\"", "host = \"10.0.0.1\""), "one DNS name"),
         (CRED.replace("host = \"api.github.com\"", "host = \"*.github.com\""), "one DNS name"),
         (CRED.replace("inject = \"bearer\"", "inject = \"cookie\""), "credentials.gh.bind.inject"),
@@ -439,7 +444,13 @@ fn credential_mistakes_are_refused_naming_the_key() {
         (CRED.replace("from = { env = \"GH_TOKEN\" }", "from = { env = \"A\", file = \"/x\" }"), "exactly one of"),
         (CRED.replace("from = { env = \"GH_TOKEN\" }", "from = { file = \"rel/path\" }"), "absolute path"),
         (CRED.replace("paths = [\"/repos/acme/\"]", "paths = [\"/a/../b\"]"), "a path prefix"),
-        (format!("{HEAD}{}[tools.r]\nplugin = \"fs\"\ncredentials = [\"gh\"]\n", CRED.replacen("version = 1\n", "", 1)), "process tools"),
+        (
+            format!(
+                "{HEAD}{}[tools.r]\nplugin = \"fs\"\ncredentials = [\"gh\"]\n",
+                CRED.replacen("version = 1\n", "", 1)
+            ),
+            "process tools",
+        ),
     ];
     for (text, needle) in cases {
         let p = first_problem(text);

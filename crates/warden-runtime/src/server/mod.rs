@@ -91,6 +91,8 @@ struct HintGrants {
     links: Vec<PathBuf>,
     net: bool,
     protected: Vec<PathBuf>,
+    /// The credentials it holds: their real values never reach a result.
+    credentials: Vec<Arc<crate::egress::vault::Held>>,
 }
 
 impl HintGrants {
@@ -101,6 +103,7 @@ impl HintGrants {
             links: walls.links.clone(),
             net: !walls.net.is_empty(),
             protected: walls.protect.rules.iter().map(|r| r.path.clone()).collect(),
+            credentials: walls.credentials.clone(),
         }
     }
 
@@ -236,6 +239,7 @@ impl ServerPool {
             }
             value["layer"] = r;
         }
+        crate::credentials::redact_value(&name, &grants.credentials, &mut value)?;
         // MCP content: fitted to max_output block by block (an image is dropped whole, never cut).
         Ok((RunOutput { value, usage, sandbox: Some(sandbox.clone()), blocks: true }, sandbox))
     }
