@@ -105,6 +105,7 @@ pub(crate) fn rows(
         tool: "bench".into(),
         grants: vec![NetGrant { host: "127.0.0.1".into(), port: origin }],
         allow_private: false,
+        credentials: Vec::new(),
     };
     let journal = Arc::new(Journal::default());
     let _proxy = Proxy::start(listener, Arc::new(policy), journal.clone()).unwrap();

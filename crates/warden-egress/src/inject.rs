@@ -256,6 +256,7 @@ fn upstream_head(
         }
     }
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, target).into_bytes();
+    let mut length_written = false;
     for (name, value) in headers {
         let lower = name.to_ascii_lowercase();
         let framing_header = lower == "content-length" || lower == "transfer-encoding";
@@ -264,6 +265,7 @@ fn upstream_head(
             || lower == "accept-encoding"
             || lower == "expect" && head.version != "HTTP/1.1"
             || (framing_header && chunked)
+            || (lower == "content-length" && std::mem::replace(&mut length_written, true))
         {
             continue;
         }

@@ -72,8 +72,10 @@ struct Loaded {
 }
 
 /// Values by (credential name, source), loaded once.
-fn loaded() -> &'static Mutex<HashMap<(String, String), Arc<Loaded>>> {
-    static VAULT: OnceLock<Mutex<HashMap<(String, String), Arc<Loaded>>>> = OnceLock::new();
+type Vault = Mutex<HashMap<(String, String), Arc<Loaded>>>;
+
+fn loaded() -> &'static Vault {
+    static VAULT: OnceLock<Vault> = OnceLock::new();
     VAULT.get_or_init(Default::default)
 }
 

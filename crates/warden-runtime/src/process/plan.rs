@@ -210,6 +210,7 @@ mod tests {
                 }],
                 ..Protection::default()
             },
+            credentials: Vec::new(),
         }
     }
 
@@ -230,6 +231,7 @@ mod tests {
             inotify: false,
             system: false,
             protect: Protection::default(),
+            credentials: Vec::new(),
         }
     }
 
