@@ -283,7 +283,10 @@ async fn respond(
             || incoming == Incoming::Close
             || out == Outgoing::Close;
         let head = response_head(&st, incoming, out, decoder.is_some(), closing);
-        let (head, _) = redact.replace_all(&head);
+        let (head, hits) = redact.replace_all(&head);
+        if hits > 0 {
+            t.redacted(hits);
+        }
         count(ctx, t, false, head.len())?;
         cw.write_all(&head).await.map_err(|e| format!("writing to the program failed: {e}"))?;
         if st.code < 200 {
