@@ -32,7 +32,14 @@ pub(crate) fn serve(
         let _inside = rt.enter();
         TcpListener::from_std(listener).map_err(|e| format!("cannot serve the proxy's socket: {e}"))?
     };
-    let ctx = Arc::new(Ctx { policy, journal, stop, total_up: AtomicU64::new(0), total_down: AtomicU64::new(0) });
+    let ctx = Arc::new(Ctx {
+        policy,
+        journal,
+        stop,
+        total_up: AtomicU64::new(0),
+        total_down: AtomicU64::new(0),
+        redactor: Default::default(),
+    });
     rt.spawn(accept_loop(listener, ctx));
     Ok(())
 }

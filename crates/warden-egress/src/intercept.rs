@@ -79,10 +79,10 @@ async fn session(client: TcpStream, upstream: TcpStream, ctx: &Ctx, t: &Ticket, 
     };
     let (ur, mut uw) = tokio::io::split(up);
     let mut ur = BufReader::new(ur);
-    let redact = match crate::vault::redactor(&ctx.policy.credentials) {
+    let redact = match ctx.redactor.get_or_init(|| crate::vault::redactor(&ctx.policy.credentials)) {
         Ok(r) => r,
         Err(e) => {
-            let _ = cw.write_all(&response(502, &e)).await;
+            let _ = cw.write_all(&response(502, e)).await;
             return Some(format!("ended: {e}"));
         }
     };
@@ -106,7 +106,7 @@ async fn session(client: TcpStream, upstream: TcpStream, ctx: &Ctx, t: &Ticket, 
             }
         };
         let io = Io { cr: &mut cr, cw: &mut cw, ur: &mut ur, uw: &mut uw };
-        match exchange(ctx, t, &head, &req, io, &redact).await {
+        match exchange(ctx, t, &head, &req, io, redact).await {
             Ok(true) => continue,
             Ok(false) => {
                 let _ = cw.shutdown().await;

@@ -39,6 +39,14 @@ pub fn placeholder(real: &str) -> Result<String, String> {
         let mut out = String::with_capacity(prefix.len() + random);
         out.push_str(prefix);
         out.push_str(&random_alnum(random)?);
+        // The last character's two low bits are never both set: then the
+        // base64 character that mixes them with the next byte's bits is never
+        // `+`, `/`, `-` or `_`, so one replacement fits standard and URL-safe
+        // base64 alike (the other characters of an alphanumeric value's
+        // encoding never are either).
+        if out.as_bytes().last().is_some_and(|b| b & 3 == 3) {
+            continue;
+        }
         if real.is_empty() || (!out.contains(real) && !real.contains(out.as_str())) {
             return Ok(out);
         }
@@ -109,6 +117,7 @@ pub fn redaction_pairs(real: &str, placeholder: &str, basic_user: Option<&str>) 
     for engine in [&STANDARD, &URL_SAFE] {
         for k in 0..3 {
             pairs.push((base64_core(engine, k, real.as_bytes()), base64_core(engine, k, placeholder.as_bytes())));
+            pairs.extend(base64_edges(engine, k, real.as_bytes(), placeholder.as_bytes()));
         }
     }
     if let Some(user) = basic_user {
@@ -188,6 +197,35 @@ fn base64_core(engine: &base64::engine::GeneralPurpose, k: usize, value: &[u8]) 
     let first = (8 * k).div_ceil(6);
     let end = 8 * (k + value.len()) / 6;
     encoded.get(first..end).map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+/// The base64 forms at alignment `k` *with* the characters at each end that
+/// mix the value's bits with its neighbours' (the byte before, the byte after
+/// or the padding): one pair per possible neighbour bits (4 or 16 each end),
+/// the placeholder's form taking the same neighbour bits. Without them the
+/// edge characters, passed through, would carry 2 to 4 bits of the value's
+/// first and last bytes.
+fn base64_edges(engine: &base64::engine::GeneralPurpose, k: usize, real: &[u8], ph: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let total = k + real.len();
+    let start = (8 * k) / 6;
+    let tail = (8 * total) % 6 != 0;
+    let end = (8 * total) / 6 + usize::from(tail);
+    let leads: Vec<Option<u8>> = if k > 0 { (0..=255u8).map(Some).collect() } else { vec![None] };
+    let trails: Vec<Option<u8>> = if tail { (0..=255u8).map(Some).collect() } else { vec![None] };
+    let form = |value: &[u8], lead: Option<u8>, trail: Option<u8>| {
+        let mut text = vec![0u8; k.saturating_sub(1)];
+        text.extend(lead);
+        text.extend_from_slice(value);
+        text.extend(trail);
+        engine.encode(&text).into_bytes().get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
+    };
+    let mut out: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = std::collections::BTreeMap::new();
+    for &lead in &leads {
+        for &trail in &trails {
+            out.entry(form(real, lead, trail)).or_insert_with(|| form(ph, lead, trail));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// One matcher over a set of (from -> to) pairs: leftmost-longest, so where

@@ -30,6 +30,9 @@ pub(crate) struct Ctx {
     pub(crate) total_up: AtomicU64,
     /// Bytes carried so far, destination to program.
     pub(crate) total_down: AtomicU64,
+    /// What puts the held credentials' placeholders back in responses, built
+    /// at the first intercepted connection.
+    pub(crate) redactor: std::sync::OnceLock<Result<crate::scan::Replacer, String>>,
 }
 
 impl Ctx {
