@@ -17,21 +17,23 @@ use crate::{HEAD_TIMEOUT, MAX_BYTES, MAX_HEAD, MAX_HEADERS};
 const MAX_CHUNK_LINE: usize = 4096;
 
 /// A malformed request, or a refusal before any connection: status and text.
-struct Answer {
-    status: u16,
-    reason: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) reason: String,
 }
 
-fn bad(reason: impl Into<String>) -> Answer {
+pub(crate) fn bad(reason: impl Into<String>) -> Answer {
     Answer { status: 400, reason: reason.into() }
 }
 
 /// The response warden writes instead of the destination's.
-fn response(status: u16, reason: &str) -> Vec<u8> {
+pub(crate) fn response(status: u16, reason: &str) -> Vec<u8> {
     let phrase = match status {
         400 => "Bad Request",
         403 => "Forbidden",
         408 => "Request Timeout",
+        421 => "Misdirected Request",
+        501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Error",
@@ -47,17 +49,17 @@ fn response(status: u16, reason: &str) -> Vec<u8> {
 }
 
 /// A parsed request head.
-struct Head {
-    method: String,
-    target: String,
-    version: String,
+pub(crate) struct Head {
+    pub(crate) method: String,
+    pub(crate) target: String,
+    pub(crate) version: String,
     /// Names as sent; values with surrounding whitespace trimmed.
-    headers: Vec<(String, Vec<u8>)>,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Head {
     /// The values of header `name` (any case).
-    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice())
     }
 }
@@ -101,7 +103,7 @@ async fn read_head(stream: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Answer>
 }
 
 /// Parses a head that ends in CRLF CRLF.
-fn parse_head(raw: &[u8]) -> Result<Head, Answer> {
+pub(crate) fn parse_head(raw: &[u8]) -> Result<Head, Answer> {
     let body = raw.strip_suffix(b"\r\n\r\n").unwrap_or(raw);
     if split_crlf(body).any(|l| l.contains(&b'\n')) {
         return Err(bad("lines must end in CRLF (a bare LF in the request head)"));
@@ -177,7 +179,7 @@ fn truncate(s: &str) -> &str {
 }
 
 /// `host[:port]` or `[v6][:port]`.
-fn parse_authority(s: &str) -> Result<(String, Option<u16>), String> {
+pub(crate) fn parse_authority(s: &str) -> Result<(String, Option<u16>), String> {
     let bracketed = s.starts_with('[');
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (h, after) = rest.split_once(']').ok_or_else(|| format!("malformed address in {:?}", truncate(s)))?;
@@ -212,7 +214,7 @@ fn parse_authority(s: &str) -> Result<(String, Option<u16>), String> {
 
 /// Whether two hosts are the same: names without case or a trailing dot,
 /// addresses by value.
-fn same_host(a: &str, b: &str) -> bool {
+pub(crate) fn same_host(a: &str, b: &str) -> bool {
     match (ip_literal(a), ip_literal(b)) {
         (Some(x), Some(y)) => x == y,
         (None, None) => a.trim_end_matches('.').eq_ignore_ascii_case(b.trim_end_matches('.')),
@@ -299,8 +301,20 @@ async fn tunnel(mut stream: TcpStream, ctx: &Ctx, ticket: &mut Ticket, head: &He
             return answer_and_close(stream, &response(a.status, &a.reason)).await;
         }
     };
+    let here = crate::intercept::bound_here(ctx, &ticket.host, ticket.port);
+    if !here.is_empty() && !early.is_empty() {
+        let why = "the program sent bytes before the tunnel was established, toward a host a credential binds";
+        return refuse(stream, ticket, bad(why)).await;
+    }
     if let Err(e) = stream.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await {
         ticket.note(&format!("ended: {e}"));
+        return;
+    }
+    if !here.is_empty() {
+        ticket.intercepted = true;
+        if let Some(note) = crate::intercept::run(stream, upstream, ctx, ticket, &here).await {
+            ticket.note(&note);
+        }
         return;
     }
     if let Some(note) = pipe(ctx, ticket, stream, upstream, early).await {
@@ -309,14 +323,14 @@ async fn tunnel(mut stream: TcpStream, ctx: &Ctx, ticket: &mut Ticket, head: &He
 }
 
 /// How the request's body is framed.
-enum Framing {
+pub(crate) enum Framing {
     None,
     Length(u64),
     Chunked,
 }
 
 /// The body's framing, refusing every ambiguity a smuggler could use.
-fn framing(head: &Head) -> Result<Framing, Answer> {
+pub(crate) fn framing(head: &Head) -> Result<Framing, Answer> {
     let te: Vec<&[u8]> = head.all("transfer-encoding").collect();
     let mut lengths = Vec::new();
     for v in head.all("content-length") {
@@ -352,7 +366,7 @@ fn framing(head: &Head) -> Result<Framing, Answer> {
 }
 
 /// Headers that describe one hop and are not forwarded.
-const HOP_BY_HOP: [&str; 9] = [
+pub(crate) const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "proxy-connection",
     "keep-alive",
@@ -431,6 +445,7 @@ async fn forward(stream: TcpStream, ctx: &Ctx, ticket: &mut Ticket, head: &Head,
         Err(a) => return refuse(stream, ticket, a).await,
     };
     (ticket.host, ticket.port) = (host, port);
+    crate::intercept::plain_misdirected(ctx, ticket, head);
     let prepared = check_host(head, &ticket.host, port, 80, true)
         .and_then(|()| framing(head))
         .and_then(|f| upstream_head(head, &path).map(|h| (f, h)));

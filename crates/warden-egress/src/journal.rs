@@ -45,6 +45,30 @@ pub struct Attempt {
     pub bytes_down: u64,
     /// From the request to the connection's end.
     pub duration_ms: f64,
+    /// warden ended the program's TLS and relayed HTTP (a held credential binds the host).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub intercepted: bool,
+    /// The credentials used (or whose placeholder was sent) on this connection.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialUse>,
+    /// Real values in responses replaced by their placeholders before the program saw them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redacted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One credential on one connection: never its value, only its name and counts.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CredentialUse {
+    /// `[credentials.NAME]`.
+    pub name: String,
+    /// Placeholders replaced by the real value (or headers warden added).
+    pub substituted: u64,
+    /// Placeholders sent where no bind covers them: they went out as placeholders.
+    pub misdirected: u64,
 }
 
 /// One destination's connections.

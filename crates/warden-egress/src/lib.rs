@@ -7,13 +7,19 @@
 //! bounds are described in docs/security.md, "The egress proxy".
 
 mod accept;
+mod body;
+pub mod ca;
 pub mod http;
+mod inject;
+pub mod intercept;
 pub mod journal;
 pub mod rules;
+pub mod scan;
 pub mod socks;
 mod tunnel;
+pub mod vault;
 
-pub use journal::{Attempt, Journal};
+pub use journal::{Attempt, CredentialUse, Journal};
 pub use rules::EgressPolicy;
 
 use std::sync::{Arc, OnceLock};

@@ -26,6 +26,8 @@ pub struct EgressPolicy {
     pub grants: Vec<NetGrant>,
     /// `net.allow_private = true`.
     pub allow_private: bool,
+    /// The credentials it holds: a CONNECT to one's bind is intercepted.
+    pub credentials: Vec<std::sync::Arc<crate::vault::Held>>,
 }
 
 /// Why a connection was not made, as [`EgressPolicy::decide`] tells it.
@@ -407,6 +409,7 @@ mod tests {
             tool: "fetch".into(),
             grants: grants.iter().map(|(h, p)| NetGrant { host: h.to_string(), port: *p }).collect(),
             allow_private,
+            credentials: Vec::new(),
         }
     }
 

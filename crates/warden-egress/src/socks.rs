@@ -141,6 +141,14 @@ pub(crate) async fn handle(mut stream: TcpStream, ctx: &Ctx, busy: bool) {
         ticket.note(&format!("ended: {e}"));
         return;
     }
+    let here = crate::intercept::bound_here(ctx, &ticket.host, ticket.port);
+    if !here.is_empty() {
+        ticket.intercepted = true;
+        if let Some(note) = crate::intercept::run(stream, upstream, ctx, &ticket, &here).await {
+            ticket.note(&note);
+        }
+        return;
+    }
     if let Some(note) = pipe(ctx, &ticket, stream, upstream, &[]).await {
         ticket.note(&note);
     }

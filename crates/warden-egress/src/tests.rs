@@ -78,6 +78,7 @@ fn proxy(grants: &[(&str, u16)], allow_private: bool) -> Running {
         tool: "fetch".into(),
         grants: grants.iter().map(|(h, p)| NetGrant { host: h.to_string(), port: *p }).collect(),
         allow_private,
+        credentials: Vec::new(),
     };
     let (l, port) = listen();
     let journal = Arc::new(Journal::default());

@@ -57,6 +57,12 @@ pub(crate) struct Ticket {
     pub(crate) down: AtomicU64,
     /// When a byte last moved either way, in milliseconds since `start`.
     activity: AtomicU64,
+    /// warden ended the program's TLS here (a held credential binds the host).
+    pub(crate) intercepted: bool,
+    /// Each credential's substitutions and misdirected placeholders.
+    uses: std::sync::Mutex<Vec<crate::journal::CredentialUse>>,
+    /// Real values replaced by placeholders in what came back.
+    redacted: AtomicU64,
 }
 
 impl Ticket {
@@ -75,7 +81,27 @@ impl Ticket {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             activity: AtomicU64::new(0),
+            intercepted: false,
+            uses: Default::default(),
+            redacted: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a credential's substitutions and misdirected placeholders.
+    pub(crate) fn use_credential(&self, name: &str, substituted: u64, misdirected: u64) {
+        let Ok(mut uses) = self.uses.lock() else { return };
+        match uses.iter_mut().find(|u| u.name == name) {
+            Some(u) => {
+                u.substituted += substituted;
+                u.misdirected += misdirected;
+            }
+            None => uses.push(crate::journal::CredentialUse { name: name.to_string(), substituted, misdirected }),
+        }
+    }
+
+    /// Counts real values put back to placeholders in a response.
+    pub(crate) fn redacted(&self, n: usize) {
+        self.redacted.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Notes that bytes moved (for [`IDLE_TIMEOUT`]).
@@ -84,7 +110,7 @@ impl Ticket {
     }
 
     /// Resolves when no byte moved for [`IDLE_TIMEOUT`].
-    async fn idle(&self) {
+    pub(crate) async fn idle(&self) {
         self.touch();
         loop {
             let last = Duration::from_millis(self.activity.load(Ordering::Relaxed));
@@ -137,6 +163,9 @@ impl Drop for Ticket {
             bytes_up: self.up.load(Ordering::Relaxed),
             bytes_down: self.down.load(Ordering::Relaxed),
             duration_ms: self.start.elapsed().as_secs_f64() * 1000.0,
+            intercepted: self.intercepted,
+            credentials: self.uses.lock().map(|mut u| std::mem::take(&mut *u)).unwrap_or_default(),
+            redacted: self.redacted.load(Ordering::Relaxed),
         });
     }
 }

@@ -111,7 +111,7 @@ impl Context {
     }
 }
 
-struct Checker<'a> {
+pub(crate) struct Checker<'a> {
     text: &'a str,
     origin: &'a str,
     problems: Vec<Problem>,
@@ -130,12 +130,12 @@ impl Checker<'_> {
         line_column(self.text, &span)
     }
 
-    fn location(&self, span: Range<usize>) -> String {
+    pub(crate) fn location(&self, span: Range<usize>) -> String {
         let (line, column) = self.at(span);
         format!("{}:{line}:{column}", self.origin)
     }
 
-    fn problem(&mut self, span: Range<usize>, message: impl Into<String>) {
+    pub(crate) fn problem(&mut self, span: Range<usize>, message: impl Into<String>) {
         let (line, column) = self.at(span);
         self.problems.push(Problem { file: self.origin.to_string(), line, column, message: message.into() });
     }
@@ -167,9 +167,29 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         c.problem(0..0, format!("too many tools: {} (at most {MAX_TOOLS})", raw.tools.len()));
     }
 
-    let servers = compile_servers(&mut c, &raw, &plugins, &defaults, ctx);
-    let tools =
+    let credentials = crate::credential::compile_credentials(&mut c, &raw.credentials);
+    let mut servers = compile_servers(&mut c, &raw, &plugins, &defaults, ctx);
+    for (name, spanned) in &raw.servers {
+        if let Some(s) = servers.get_mut(name.get_ref()) {
+            let spec = s.tool_spec("-");
+            let names = &spanned.get_ref().credentials;
+            let subject = format!("server {}", name.get_ref());
+            s.grants.credentials =
+                crate::credential::held(&mut c, &credentials, &subject, names, &spec, spanned.span());
+        }
+    }
+    let mut tools =
         compile_tools(&mut c, &raw, &servers, Scope { plugins: &plugins, defaults: &defaults, default_tier, ctx });
+    for (name, spanned) in &raw.tools {
+        if let Some(t) = tools.get_mut(name.get_ref()) {
+            let names = &spanned.get_ref().credentials;
+            let subject = format!("tool {}", name.get_ref());
+            let held = crate::credential::held(&mut c, &credentials, &subject, names, t, spanned.span());
+            if !names.is_empty() {
+                t.grants.credentials = held;
+            }
+        }
+    }
 
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
@@ -191,6 +211,7 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         max_jobs,
         own_files: own_files(origin, dir),
         inbox: raw.defaults.inbox.unwrap_or(true),
+        credentials,
     })
 }
 
@@ -580,7 +601,7 @@ fn valid_tool_name(n: &str) -> bool {
 /// Variables warden itself sets for components; a policy may not override them.
 const RESERVED_ENV_PREFIX: &str = "WARDEN_";
 
-fn valid_env_name(n: &str) -> bool {
+pub(crate) fn valid_env_name(n: &str) -> bool {
     !n.is_empty()
         && !n.starts_with(RESERVED_ENV_PREFIX)
         && n.len() <= 128
@@ -687,6 +708,30 @@ fn parse_host_port(s: &str) -> Result<NetGrant, String> {
     }
     Ok(NetGrant { host, port })
 }
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "invalid policy: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PolicyError {}
 
 mod server;
 mod signers;

@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 
 pub mod compile;
+#[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/credentials.md")]
+pub mod credential;
 pub mod glob;
 pub mod oci;
 pub mod profile;
@@ -28,6 +30,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
+pub use credential::{Bind, Credential, Inject, Source};
 
 /// Lasting approvals, beside the policy file.
 pub const APPROVALS_FILE: &str = "warden.approvals.toml";
@@ -142,6 +145,8 @@ pub struct Policy {
     /// `[defaults] inbox` (default `true`): calls whose client cannot ask wait
     /// in warden's approval inbox, where the command line or `serve` offers one.
     pub inbox: bool,
+    /// `[credentials.*]` by name.
+    pub credentials: BTreeMap<String, Credential>,
 }
 
 impl Policy {
@@ -394,6 +399,8 @@ pub struct Grants {
     /// `fs.git_init = true`: the tool may create git repositories, whose config
     /// and hooks are vetted before they reach the host (process tools and servers).
     pub git_init: bool,
+    /// `credentials = [...]`: secrets it may use through the egress proxy, never see.
+    pub credentials: Vec<Credential>,
 }
 
 /// One `fs.deny_read` or `fs.deny_write` entry, placeholders expanded.
@@ -659,30 +666,6 @@ pub struct Problem {
     /// What is wrong and what to change.
     pub message: String,
 }
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "{}: {}", self.file, self.message)
-        } else {
-            write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
-        }
-    }
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, p) in self.problems.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "invalid policy: {p}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for PolicyError {}
 
 impl Policy {
     /// Loads and checks the policy file at `path`.

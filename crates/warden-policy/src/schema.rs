@@ -32,6 +32,9 @@ pub struct RawPolicy {
     /// `[profiles.NAME]`: the tools (and stricter tiers) one agent gets.
     #[serde(default)]
     pub profiles: BTreeMap<Spanned<String>, Spanned<RawProfile>>,
+    /// `[credentials.NAME]`: secrets a tool may use but never see.
+    #[serde(default)]
+    pub credentials: BTreeMap<Spanned<String>, Spanned<crate::credential::RawCredential>>,
 }
 
 /// `[profiles.NAME]`
@@ -116,6 +119,9 @@ pub struct RawTool {
     /// `inbox = false`: refused at once when its client cannot ask, instead of
     /// waiting in warden's approval inbox (`[defaults] inbox` otherwise).
     pub inbox: Option<Spanned<bool>>,
+    /// `credentials = ["NAME"]`: the `[credentials.NAME]` it holds.
+    #[serde(default)]
+    pub credentials: Vec<Spanned<String>>,
 }
 
 /// `fs.read` / `fs.write` / `fs.deny_read` / `fs.deny_write` / `fs.unprotect` / `fs.git_init`

@@ -19,6 +19,7 @@ pub mod paths;
 pub mod shape;
 
 pub mod capture;
+pub mod credentials;
 pub mod hints;
 pub mod layer;
 pub mod oci;
@@ -288,6 +289,9 @@ pub struct Walls {
     pub system: bool,
     /// Protected and denied paths inside the grants.
     pub protect: protect::Protection,
+    /// The credentials it holds (`credentials = [...]`), loaded: the egress
+    /// proxy puts their real values into requests toward their binds.
+    pub credentials: Vec<std::sync::Arc<crate::egress::vault::Held>>,
 }
 
 impl Walls {
@@ -310,6 +314,7 @@ impl Walls {
             inotify: false,
             system: false,
             protect: Default::default(),
+            credentials: Vec::new(),
         }
     }
 
@@ -342,7 +347,9 @@ impl Walls {
             own,
         })
         .map_err(|e| CallError::new(ErrorCode::PermissionDenied, format!("{}: {e}", tool.name)))?;
-        let env = call_env(g, tmp.as_ref(), &dirs);
+        let mut env = call_env(g, tmp.as_ref(), &dirs);
+        let mut dirs = dirs;
+        let credentials = credentials::for_call(tool, &mut env, &mut dirs)?;
         let walls = Walls {
             dirs,
             links,
@@ -358,6 +365,7 @@ impl Walls {
             inotify: g.inotify,
             system: g.system,
             protect,
+            credentials,
         };
         Ok((walls, tmp))
     }

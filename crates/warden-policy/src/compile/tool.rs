@@ -69,6 +69,7 @@ pub(super) fn compile_tool(
             deny,
             unprotect,
             git_init,
+            credentials: Vec::new(),
         },
         limits,
         rules,

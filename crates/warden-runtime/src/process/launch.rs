@@ -102,6 +102,7 @@ pub(super) fn attach_proxy(tool: &str, walls: &Walls, spawned: &mut Spawned) -> 
                 tool: tool.to_string(),
                 grants: walls.net.clone(),
                 allow_private: walls.allow_private,
+                credentials: walls.credentials.clone(),
             };
             match crate::egress::Proxy::start(listener, Arc::new(policy), walls.journal.clone()) {
                 Ok(p) => spawned.proxy = Some(p),

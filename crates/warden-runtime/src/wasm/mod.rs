@@ -583,6 +583,7 @@ impl ComponentRuntime {
             tool: tool.to_string(),
             grants: walls.net.clone(),
             allow_private: walls.allow_private,
+            credentials: Vec::new(),
         };
         let deadline = Instant::now() + walls.limits.timeout;
         let net = net::Net::new(policy, walls.journal.clone(), deadline, walls.limits.max_output);

@@ -78,6 +78,9 @@ impl Shared {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0.0,
+            intercepted: false,
+            credentials: Vec::new(),
+            redacted: 0,
         });
     }
 
@@ -506,6 +509,7 @@ mod tests {
             tool: "t".into(),
             grants: grants.iter().map(|(h, p)| NetGrant { host: h.to_string(), port: *p }).collect(),
             allow_private: false,
+            credentials: Vec::new(),
         };
         let net = Net::new(policy, Arc::default(), Instant::now() + Duration::from_secs(10), 0);
         let mut s = Arc::try_unwrap(net.shared).unwrap_or_else(|_| panic!("shared"));
