@@ -22,6 +22,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "credentials/support.rs"]
 mod support;
 mod util;
 
@@ -114,7 +115,7 @@ fn bearer_test(client: &str, from_file: bool, tool: impl FnOnce(&str) -> (String
         from,
         variable: "API_TOKEN",
         host: "api.warden.test",
-        port: server.port,
+        ports: vec![server.port],
         inject: "\"bearer\"",
         extra: "",
     };
@@ -221,7 +222,7 @@ fn git_test(client: &str, always: bool) {
         from: "{ env = \"GIT_TOKEN\" }".into(),
         variable: "GIT_TOKEN",
         host: "git.warden.test",
-        port: p,
+        ports: vec![p],
         inject: "\"basic\"",
         extra: if always { "always = true\n" } else { "" },
     };
@@ -309,7 +310,7 @@ fn pip_install_from_pypiserver() {
         from: "{ env = \"PIP_TOKEN\" }".into(),
         variable: "PIP_TOKEN",
         host: "pypi.warden.test",
-        port: server.port,
+        ports: vec![server.port],
         inject: "\"basic\"",
         extra: "",
     };
@@ -375,7 +376,8 @@ fn start_verdaccio(dir: &Path, up: u16, password: &str) -> (support::Daemon, Str
             .arg(json!({ "name": "ci", "password": password }).to_string())
             .arg(format!("http://127.0.0.1:{up}/-/user/org.couchdb.user:ci")),
     );
-    let token = serde_json::from_str::<serde_json::Value>(&login).ok().and_then(|v| v["token"].as_str().map(String::from));
+    let token =
+        serde_json::from_str::<serde_json::Value>(&login).ok().and_then(|v| v["token"].as_str().map(String::from));
     (daemon, token.unwrap_or_else(|| panic!("verdaccio gave no token: {login}")))
 }
 
@@ -428,7 +430,7 @@ fn npm_ci_from_verdaccio() {
         from: "{ env = \"NPM_TOKEN\" }".into(),
         variable: "NPM_TOKEN",
         host: "npm.warden.test",
-        port: server.port,
+        ports: vec![server.port],
         inject: "\"bearer\"",
         extra: "",
     };
@@ -459,6 +461,80 @@ fn npm_ci_from_verdaccio() {
         ("npm", "npm.warden.test"),
         None,
     ));
-    let version = format!("npm {} (node {})", support::version(&npm, "--version"), support::version(&node, "--version"));
+    let version =
+        format!("npm {} (node {})", support::version(&npm, "--version"), support::version(&node, "--version"));
     support::row("npm ci (verdaccio 6.8.0, _authToken in .npmrc)", &version, started, &checks);
+}
+
+/// Responses that carry the secret back (raw, JSON-escaped, base64, chunked, gzip although the client asked
+/// for identity) reach the tool with the placeholder; so does a redirect's `Location` that carries it (curl
+/// without -L: warden never follows it).
+#[test]
+fn curl_sees_the_placeholder_in_echoed_responses_and_redirects() {
+    let started = Instant::now();
+    let curl = support::need("curl", "curl");
+    let (env, ca) = setup();
+    let real = support::secret("sk-proj-", 40);
+    let echo = Server::serve(&ca, env.root.path(), "echo", &[]);
+    let redirect = Server::serve(&ca, env.root.path(), "redirect", &[&echo.port.to_string()]);
+    let cred = Cred {
+        name: "api",
+        from: "{ env = \"API_TOKEN\" }".into(),
+        variable: "API_TOKEN",
+        host: "api.warden.test",
+        ports: vec![echo.port, redirect.port],
+        inject: "\"bearer\"",
+        extra: "",
+    };
+    let get = "curl -sS -m 60 -H \"Authorization: Bearer $API_TOKEN\" -H 'Accept-Encoding: identity'";
+    let script = format!(
+        "for v in raw json base64 chunked gzip; do {get} -o resp-$v.bin https://api.warden.test:{e}/$v; done\n\
+         base64 -d resp-base64.bin > resp-base64.txt\n\
+         gzip -dc resp-gzip.bin > resp-gzip.txt 2>/dev/null || cp resp-gzip.bin resp-gzip.txt\n\
+         {get} -D redirect.txt -o /dev/null https://api.warden.test:{r}/x\n\
+         echo \"LOCATION: $(grep -i '^location:' redirect.txt | tr -d '\\r')\"\n{}",
+        support::print_env("API_TOKEN"),
+        e = echo.port,
+        r = redirect.port
+    );
+    let r = call(&env, &ca, &support::policy(&[cred], &[]), &[("API_TOKEN", &real)], &script);
+    let seen = support::placeholder(&r.out(), "API_TOKEN", &real, "sk-proj-");
+    let mut checks = Vec::new();
+    if let Ok(ph) = &seen {
+        for f in ["resp-raw.bin", "resp-json.bin", "resp-base64.txt", "resp-chunked.bin", "resp-gzip.txt"] {
+            let body = std::fs::read_to_string(env.ws.join(f)).unwrap_or_default();
+            checks.push((
+                "an echoed body holds the placeholder",
+                check(body.contains(&format!("Bearer {ph}")), f.to_string(), || {
+                    format!("{f}: {}", util::clip(&body, 300))
+                }),
+            ));
+        }
+        let location = after(&r.out(), "LOCATION:").to_string();
+        checks.push((
+            "the redirect's Location holds the placeholder",
+            check(location.contains(&format!("Bearer%20{ph}")), location.clone(), || {
+                format!("{location:?}; {}", r.brief())
+            }),
+        ));
+    }
+    checks.extend(common(
+        &env,
+        &r,
+        (&echo, 0),
+        &format!("Bearer {real}"),
+        ("API_TOKEN", &real, "sk-proj-"),
+        ("api", "api.warden.test"),
+        None,
+    ));
+    checks.push((
+        "the redirect server got the real secret",
+        check(redirect.logged().contains(&format!("Bearer {real}")), "yes".into(), || redirect.logged()),
+    ));
+    support::row(
+        "curl (echoed secret in bodies, redirect Location)",
+        &support::version(&curl, "--version"),
+        started,
+        &checks,
+    );
 }

@@ -65,7 +65,8 @@ pub(crate) fn base64(data: &[u8]) -> String {
     const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in data.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
         for i in 0..4 {
             if i <= c.len() {
                 out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
@@ -80,7 +81,6 @@ pub(crate) fn base64(data: &[u8]) -> String {
 /// The test CA and one leaf for every name, made with openssl under `dir`; `bundle` is the system roots
 /// plus the CA (warden's SSL_CERT_FILE in the tests).
 pub(crate) struct Ca {
-    pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
     pub bundle: PathBuf,
@@ -96,13 +96,41 @@ impl Ca {
         std::fs::create_dir_all(dir).unwrap();
         openssl(
             &[
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=warden test CA",
-                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-                "-keyout", "ca.key", "-out", "ca.pem",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=warden test CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
             ],
             dir,
         );
-        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=api.warden.test", "-keyout", "leaf.key", "-out", "leaf.csr"], dir);
+        openssl(
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=api.warden.test",
+                "-keyout",
+                "leaf.key",
+                "-out",
+                "leaf.csr",
+            ],
+            dir,
+        );
         let san: Vec<String> = NAMES.iter().map(|n| format!("DNS:{n}")).collect();
         std::fs::write(
             dir.join("leaf.ext"),
@@ -115,15 +143,28 @@ impl Ca {
         .unwrap();
         openssl(
             &[
-                "x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
-                "2", "-extfile", "leaf.ext", "-out", "leaf.pem",
+                "x509",
+                "-req",
+                "-in",
+                "leaf.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "leaf.ext",
+                "-out",
+                "leaf.pem",
             ],
             dir,
         );
         let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
         bundle.extend(std::fs::read(dir.join("ca.pem")).unwrap());
         std::fs::write(dir.join("bundle.pem"), bundle).unwrap();
-        Ca { ca: dir.join("ca.pem"), cert: dir.join("leaf.pem"), key: dir.join("leaf.key"), bundle: dir.join("bundle.pem") }
+        Ca { cert: dir.join("leaf.pem"), key: dir.join("leaf.key"), bundle: dir.join("bundle.pem") }
     }
 }
 
@@ -271,7 +312,8 @@ pub(crate) struct Cred<'a> {
     pub from: String,
     pub variable: &'a str,
     pub host: &'a str,
-    pub port: u16,
+    /// One bind per port.
+    pub ports: Vec<u16>,
     /// `"bearer"` or `"basic"`, as TOML.
     pub inject: &'a str,
     /// Extra keys of the bind (`always = true`), as TOML lines.
@@ -280,24 +322,27 @@ pub(crate) struct Cred<'a> {
 
 /// The policy: one `sh` tool (tier auto) reading `{system}`, its workspace and `read`, writing its workspace
 /// and `{tmp}`, HOME = `{tmp}`, granted the credentials' hosts (loopback: `net.allow_private`), holding them.
+/// Its memory limit is an address-space limit: node (npm) reserves far more than it uses.
 pub(crate) fn policy(creds: &[Cred], read: &[&Path]) -> String {
     let mut t = String::from("version = 1\n");
     for c in creds {
-        t.push_str(&format!(
-            "\n[credentials.{}]\nfrom = {}\nvariable = \"{}\"\n[[credentials.{}.bind]]\nhost = \"{}\"\nport = {}\n\
-             inject = {}\n{}",
-            c.name, c.from, c.variable, c.name, c.host, c.port, c.inject, c.extra
-        ));
+        t.push_str(&format!("\n[credentials.{}]\nfrom = {}\nvariable = \"{}\"\n", c.name, c.from, c.variable));
+        for port in &c.ports {
+            t.push_str(&format!(
+                "[[credentials.{}.bind]]\nhost = \"{}\"\nport = {port}\ninject = {}\n{}",
+                c.name, c.host, c.inject, c.extra
+            ));
+        }
     }
     let reads: Vec<String> = read.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
     let names: Vec<String> = creds.iter().map(|c| format!("{:?}", c.name)).collect();
-    let net: Vec<String> = creds.iter().map(|c| format!("\"{}:{}\"", c.host, c.port)).collect();
+    let net: Vec<String> = creds.iter().flat_map(|c| c.ports.iter().map(|p| format!("\"{}:{p}\"", c.host))).collect();
     t.push_str(&format!(
         "\n[tools.sh]\nexec = [\"/bin/sh\", \"-c\", \"{{command}}\"]\ntier = \"auto\"\n\
          fs.read = [\"{{system}}\", \"{{workspace}}\"{}]\nfs.write = [\"{{workspace}}\", \"{{tmp}}\"]\n\
          net.connect = [{}]\nnet.allow_private = true\ncredentials = [{}]\n\
          env = {{ pass = [\"PATH\", \"LANG\"], set = {{ HOME = \"{{tmp}}\" }} }}\n\
-         limits = {{ timeout = \"300s\", memory = \"8GiB\", processes = 256, open_files = 1024 }}\n",
+         limits = {{ timeout = \"300s\", memory = \"64GiB\", processes = 256, open_files = 1024 }}\n",
         reads.iter().map(|r| format!(", {r}")).collect::<String>(),
         net.join(", "),
         names.join(", ")
@@ -417,7 +462,11 @@ pub(crate) fn row(client: &str, version: &str, started: Instant, checks: &[(&str
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let path = if uid == 0 { tmp.parent().unwrap_or(tmp).join("credentials.json") } else { tmp.join(format!("credentials-{uid}.json")) };
+    let path = if uid == 0 {
+        tmp.parent().unwrap_or(tmp).join("credentials.json")
+    } else {
+        tmp.join(format!("credentials-{uid}.json"))
+    };
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
         let _ = f.write_all(format!("{entry}\n").as_bytes());
     }
