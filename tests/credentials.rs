@@ -49,6 +49,7 @@ fn call(env: &Env, ca: &Ca, policy: &str, vars: &[(&str, &str)], command: &str) 
     support::own(env);
     let p = env.root.path().join(format!("policy-{}.toml", support::unique()));
     std::fs::write(&p, policy).unwrap();
+    println!("the policy:\n{policy}");
     let args = json!({ "command": command }).to_string();
     let mut c = env.command(&["--policy", p.to_str().unwrap(), "call", "sh", &args]);
     c.env("SSL_CERT_FILE", &ca.bundle);
