@@ -72,14 +72,14 @@ fn origin(dir: &Path) -> Origin {
 /// connection when the URLs share a host).
 fn curl(proxy: u16, cacert: &Path, urls: &[String], token: &str) -> Vec<Duration> {
     let out = Command::new("curl")
-        .args(["-s", "--fail", "-o", "/dev/null", "-w", "%{time_total}\\n", "--noproxy", ""])
+        .args(["-s", "--fail", "-w", "%{time_total}\\n", "--noproxy", ""])
         .arg("-x")
         .arg(format!("http://127.0.0.1:{proxy}"))
         .arg("--cacert")
         .arg(cacert)
         .arg("-H")
         .arg(format!("Authorization: Bearer {token}"))
-        .args(urls)
+        .args(urls.iter().flat_map(|u| ["-o", "/dev/null", u.as_str()]))
         .env_remove("SSL_CERT_FILE")
         .output()
         .unwrap();
