@@ -95,7 +95,7 @@ fs.read = ["{system}", "/run/user"]   # WL120
 tools = ["read_file", "git_*"]   # WL118
 
 [credentials.gh]
-from = { file = "{home}/gh-token" }   # WL129 WL129
+from = { file = "/etc/warden/gh-token" }
 variable = "GH_TOKEN"
 
 [[credentials.gh.bind]]
@@ -121,8 +121,10 @@ credentials = ["gh"]   # WL126 WL128
 "#;
 
 /// A plugin file without sha256: the loader refuses it (WL000) and the lint names why (WL106).
-const UNPINNED: &str =
-    "version = 1\n\n[plugins.other]   # WL000 WL106 WL121\nsource = \"other.wasm\"\n\n[tools.x]\nplugin = \"other\"\n";
+const UNPINNED: &str = "version = 1\n\n[plugins.other]   # WL000 WL106 WL121\nsource = \"other.wasm\"\n\n[tools.x]\n\
+     plugin = \"other\"\nfs.read = [\"{workspace}\"]\n\n[credentials.leak]   # WL125\n\
+     from = { file = \"{workspace}/token\" }   # WL000 WL129\nvariable = \"LEAK\"\n\
+     [[credentials.leak.bind]]\nhost = \"api.example.com\"\ninject = \"bearer\"\n";
 
 /// A third-party component without `signers` (WL121) that imports wasi:sockets
 /// while its tool has no net.connect (WL122): the testkit.

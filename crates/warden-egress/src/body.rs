@@ -176,12 +176,12 @@ impl Status {
         }
         let te: Vec<&[u8]> = self.all("transfer-encoding").collect();
         if !te.is_empty() {
-            let last = te.iter().flat_map(|v| v.split(|&b| b == b',')).next_back().unwrap_or_default();
-            return Ok(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                Incoming::Chunked { left: 0, done: false }
-            } else {
-                Incoming::Close
-            });
+            // Any other transfer coding (gzip, deflate, a list) would reach
+            // the program undecoded, so unscanned.
+            if te.len() != 1 || !te[0].trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Err("a response Transfer-Encoding other than exactly chunked, which warden cannot scan".into());
+            }
+            return Ok(Incoming::Chunked { left: 0, done: false });
         }
         let mut length: Option<u64> = None;
         for v in self.all("content-length") {

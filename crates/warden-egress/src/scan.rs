@@ -253,8 +253,12 @@ impl Replacer {
         let matcher = if pairs.is_empty() {
             None
         } else {
+            // Case-insensitive: a server that upper- or lower-cases what it
+            // echoes must not get the value past (base64 forms are long
+            // enough that a case variant of one is no other text).
             let built = AhoCorasick::builder()
                 .match_kind(MatchKind::LeftmostLongest)
+                .ascii_case_insensitive(true)
                 .build(pairs.iter().map(|(from, _)| from))
                 .map_err(|e| format!("cannot build the credential redaction matcher: {e}"))?;
             Some(built)
@@ -417,7 +421,12 @@ impl Decoder {
                 Inner::Gzip(Box::new(flate2::write::MultiGzDecoder::new(sink)))
             }
             "deflate" => Inner::DeflateStart(Vec::new()),
-            _ => return Err(format!("a response in Content-Encoding {encoding}, which warden cannot scan")),
+            // The server's text is never repeated: it may carry what it echoes.
+            _ => {
+                return Err("a response in a Content-Encoding other than gzip, deflate or identity, which warden \
+                             cannot scan"
+                    .into());
+            }
         };
         Ok(Decoder { inner, total: 0, limit, fed: false })
     }

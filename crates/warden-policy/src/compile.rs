@@ -191,6 +191,9 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         }
     }
 
+    let specs = tools.values().map(|t| (format!("tool {}", t.name), &t.grants));
+    let specs = specs.chain(servers.values().map(|s| (format!("server {}", s.name), &s.grants)));
+    crate::credential::check_sources(&mut c, &raw.credentials, &credentials, specs.collect());
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
 

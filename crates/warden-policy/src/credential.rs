@@ -442,3 +442,38 @@ pub fn reaches(grants: &[NetGrant], bind: &Bind) -> bool {
                 || g.host.strip_prefix("*.").is_some_and(|s| bind.host.ends_with(&format!(".{s}"))))
     })
 }
+
+/// No tool or server may reach a credential's source itself: its variable
+/// passed with `env.pass`, or its file inside a grant.
+pub(crate) fn check_sources(
+    c: &mut Checker<'_>,
+    raw: &BTreeMap<Spanned<String>, Spanned<RawCredential>>,
+    creds: &BTreeMap<String, Credential>,
+    holders: Vec<(String, &crate::Grants)>,
+) {
+    for (name, spanned) in raw {
+        let Some(cred) = creds.get(name.get_ref()) else { continue };
+        let n = &cred.name;
+        for (who, g) in &holders {
+            let reached = match &cred.source {
+                Source::Env(v) if g.env_pass.contains(v) => Some(format!("passes {v} (env.pass)")),
+                Source::File(f) => g.paths.iter().find_map(|p| match &p.path {
+                    crate::GrantPath::Fixed(dir) if f.starts_with(dir) => {
+                        Some(format!("may read {} (its grant {})", f.display(), dir.display()))
+                    }
+                    _ => None,
+                }),
+                _ => None,
+            };
+            if let Some(how) = reached {
+                c.problem(
+                    spanned.get_ref().from.span(),
+                    format!(
+                        "credentials.{n}.from: {who} {how}, so it would read the real value itself; keep the source \
+                         out of every tool's reach"
+                    ),
+                );
+            }
+        }
+    }
+}

@@ -347,6 +347,6 @@ fn truncated_corrupt_trailing_and_unknown_encodings_fail() {
     assert!(decode("deflate", 1 << 20, b"x", 1).is_err(), "one byte of deflate");
     for encoding in ["br", "zstd", "compress", "gzip, br", "gzip;q=1"] {
         let err = Decoder::new(encoding, 1 << 20).err().unwrap_or_else(|| panic!("{encoding} accepted"));
-        assert_eq!(err, format!("a response in Content-Encoding {encoding}, which warden cannot scan"));
+        assert!(err.contains("cannot scan") && !err.contains(encoding), "{err}");
     }
 }

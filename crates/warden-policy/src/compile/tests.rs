@@ -431,7 +431,16 @@ fn a_tool_holds_the_credentials_it_names() {
 fn credential_mistakes_are_refused_naming_the_key() {
     let cases: &[(String, &str)] = &[
         (format!("{CRED}{HOLDER}").replace("credentials = [\"gh\"]", "credentials = [\"gx\"]"), "no [credentials.gx]"),
-        (format!("{CRED}{HOLDER}env.pass = [\"GH_TOKEN\"]\n"), "env.pass or env.set also names"),
+        (format!("{CRED}{HOLDER}env.set = {{ GH_TOKEN = \"x\" }}\n"), "env.pass or env.set also names"),
+        (
+            format!("{CRED}{HOLDER}[tools.other]\nexec = [\"/bin/true\"]\nenv.pass = [\"GH_TOKEN\"]\n"),
+            "passes GH_TOKEN",
+        ),
+        (
+            format!("{CRED}{HOLDER}[tools.other]\nexec = [\"/bin/true\"]\nfs.read = [\"/etc/warden\"]\n")
+                .replace("{ env = \"GH_TOKEN\" }", "{ file = \"/etc/warden/gh\" }"),
+            "may read /etc/warden/gh",
+        ),
         (
             format!("{CRED}{HOLDER}")
                 .replace("net.connect = [\"api.github.com:443\"]", "net.connect = [\"x.org:443\"]"),
