@@ -27,6 +27,7 @@ import http.server, ssl, sys
 BIG = int(sys.argv[3])
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def log_message(self, *a): pass
     def do_GET(self):
         if self.path == "/big":
