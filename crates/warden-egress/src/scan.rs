@@ -208,7 +208,7 @@ fn base64_core(engine: &base64::engine::GeneralPurpose, k: usize, value: &[u8]) 
 fn base64_edges(engine: &base64::engine::GeneralPurpose, k: usize, real: &[u8], ph: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let total = k + real.len();
     let start = (8 * k) / 6;
-    let tail = (8 * total) % 6 != 0;
+    let tail = !(8 * total).is_multiple_of(6);
     let end = (8 * total) / 6 + usize::from(tail);
     let leads: Vec<Option<u8>> = if k > 0 { (0..=255u8).map(Some).collect() } else { vec![None] };
     let trails: Vec<Option<u8>> = if tail { (0..=255u8).map(Some).collect() } else { vec![None] };
