@@ -37,7 +37,11 @@ pub const SYSTEM_READ: &[&str] = &[
     "/etc/group",
     "/etc/nsswitch.conf",
     "/etc/localtime",
-    "/etc/ssl",
+    // The trust store and OpenSSL's configuration, never /etc/ssl whole: its
+    // private/ holds the host's TLS keys (readable by root and ssl-cert).
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ssl/cert.pem",
     "/etc/ca-certificates",
     "/etc/alternatives",
     "/etc/hosts",
