@@ -155,9 +155,13 @@ fn env_case(s: &Scene) -> Observed {
 
 /// The probe of [`keys_case`]: every file the tool can see that changed since
 /// the case began, and every file under the places warden could have put one
-/// (the workspace, `{tmp}`, HOME, the CA bundle's directory, /tmp, /var/tmp,
-/// /dev/shm, /run, /etc), searched for a PEM private key; each found compared
-/// with warden's egress CA (the bundle's certificate named so) by public key.
+/// (the workspace, `{tmp}`, HOME, the CA bundle and its directory, /tmp,
+/// /var/tmp, /dev/shm, /run: those the sandbox lets it list), and every file of
+/// `{system}`'s /etc entries, searched for a PEM private key; each found
+/// compared with warden's egress CA (the bundle's certificate named so) by
+/// public key. The tool can list only what it is granted: `{system}` is
+/// passed in (`warden::policy::SYSTEM_READ`), its package directories searched
+/// for files changed since the case began (a full read of /usr takes minutes).
 const KEYS: &str = r#"import os, subprocess, sys
 since = sys.argv[1]
 PH = os.environ.get('API_TOKEN', '')
@@ -178,13 +182,19 @@ for c in certs:
     if 'warden egress CA' in text:
         ca = text[text.index('-----BEGIN PUBLIC KEY'):]
 say('warden_ca', 'found in the bundle' if ca else 'NOT in the bundle')
-new = subprocess.run(['find', '/', '(', '-path', '/proc', '-o', '-path', '/sys', '-o', '-path', '/dev', ')', '-prune',
-    '-o', '-type', 'f', '-newermt', '@' + since, '-size', '-4M', '-print'], capture_output=True, text=True).stdout.splitlines()
+system = sys.argv[2:]
+def files(paths, *extra):
+    paths = [p for p in paths if p and os.path.exists(p)]
+    if not paths:
+        return []
+    r = subprocess.run(['find'] + paths + ['-type', 'f', '-size', '-4M'] + list(extra) + ['-print'],
+        capture_output=True, text=True)
+    return r.stdout.splitlines()
+new = files([p for p in system if not p.startswith('/etc')], '-newermt', '@' + since)
 places = [os.getcwd(), os.environ.get('HOME', ''), os.environ.get('TMPDIR', ''), os.path.dirname(bundle),
     '/tmp', '/var/tmp', '/dev/shm', '/run']
-placed = subprocess.run(['find'] + [p for p in places if p] + ['-type', 'f', '-size', '-4M', '-print'],
-    capture_output=True, text=True).stdout.splitlines()
-etc = subprocess.run(['find', '/etc', '-type', 'f', '-size', '-4M', '-print'], capture_output=True, text=True).stdout.splitlines()
+placed = files(places) + [bundle]
+etc = files([p for p in system if p.startswith('/etc')])
 say('searched', f'{len(new)} new since the case began, {len(placed)} in the places, {len(etc)} under /etc')
 def keys_in(path):
     try:
@@ -224,8 +234,9 @@ fn keys_case(s: &Scene) -> Observed {
     let api = Server::start(s, pki, Tls::Trusted, 0);
     let pol = policy(api.port, &[g("api.warden.test", api.port)], &["/proc"], "80s");
     let cmd = format!(
-        "cat > keys.py <<'EOF'\n{KEYS}\nEOF\n{}/usr/bin/python3 keys.py {since}\n",
-        control(api.port).replacen("echo \"PH=$API_TOKEN\"\n", "", 1)
+        "cat > keys.py <<'EOF'\n{KEYS}\nEOF\n{}/usr/bin/python3 keys.py {since} {}\n",
+        control(api.port).replacen("echo \"PH=$API_TOKEN\"\n", "", 1),
+        warden::policy::SYSTEM_READ.join(" ")
     );
     let call = call(s, "cred-keys", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api], &secret) {
@@ -387,11 +398,12 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         c(
             "cred-keys/process",
-            "search what the tool can see for a PEM private key: every file changed since the case began, every \
-             file under the workspace, {tmp}, HOME, the CA bundle's directory, /tmp, /var/tmp, /dev/shm, /run, \
-             /etc; compare each key found with warden's egress CA; read the bundle",
-            "the bundle holds warden's CA certificate and no private key; no key anywhere matches warden's CA; none \
-             where warden could have put one; none in the environment",
+            "search what the tool can see for a PEM private key: every file of {system} changed since the case \
+             began, every file of {system}'s /etc entries, of the workspace, {tmp}, HOME, the CA bundle (and what \
+             it may list of /tmp, /var/tmp, /dev/shm, /run); compare each key found with warden's egress CA",
+            "the bundle holds warden's CA certificate and no private key; no key found matches warden's CA; none \
+             where warden could have put one; none in the environment (the host's own keys that {system}'s \
+             /etc/ssl shows are listed, not judged)",
             keys_case,
         ),
         c(

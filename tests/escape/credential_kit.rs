@@ -38,7 +38,8 @@ pub(crate) struct Pki {
 }
 
 fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = Command::new("openssl").current_dir(dir).args(args).output().map_err(|e| format!("openssl: {e}"))?;
+    let out =
+        Command::new("/usr/bin/openssl").current_dir(dir).args(args).output().map_err(|e| format!("openssl: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
