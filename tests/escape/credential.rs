@@ -135,7 +135,10 @@ fn env_case(s: &Scene) -> Observed {
     let pol = policy(api.port, &[g("api.warden.test", api.port)], &["/proc"], "30s");
     let cmd = format!(
         "{}echo \"variable: $API_TOKEN\"\n\
-         echo \"environ: $(tr '\\0' '\\n' </proc/self/environ | grep '^API_TOKEN=')\"\n\
+         echo \"environ: $(cat /proc/self/environ | tr '\\0' '\\n' | grep '^API_TOKEN=')\"\n\
+         echo \"shell_environ: $(tr '\\0' '\\n' </proc/$$/environ | grep '^API_TOKEN=')\"\n\
+         echo \"python_environ: $(/usr/bin/python3 -c \"import re; print(re.search(rb'API_TOKEN=([^\\\\0]*)', \
+         open('/proc/self/environ', 'rb').read()).group(1).decode())\")\"\n\
          for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < \"$f\" 2>/dev/null; done\n\
          env; set; cat \"$SSL_CERT_FILE\" | tail -c 2000\n",
         control(api.port)
@@ -148,6 +151,8 @@ fn env_case(s: &Scene) -> Observed {
     let ph = j.placeholder(&call);
     j.line(&call, "variable", &[&ph]);
     j.line(&call, "environ", &[&format!("API_TOKEN={ph}")]);
+    j.line(&call, "shell_environ", &[&format!("API_TOKEN={ph}")]);
+    j.line(&call, "python_environ", &[&ph]);
     controlled(&mut j, &call, &api, &secret);
     j.clean_call(&call);
     j.done(&call)

