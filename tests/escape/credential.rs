@@ -143,7 +143,7 @@ fn env_case(s: &Scene) -> Observed {
          env; set; cat \"$SSL_CERT_FILE\" | tail -c 2000\n",
         control(api.port)
     );
-    let call = call(s, "cred-env", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-env", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api], &secret) {
         return o;
     }
@@ -243,7 +243,7 @@ fn keys_case(s: &Scene) -> Observed {
         control(api.port).replacen("echo \"PH=$API_TOKEN\"\n", "", 1),
         warden::policy::SYSTEM_READ.join(" ")
     );
-    let call = call(s, "cred-keys", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-keys", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api], &secret) {
         return o;
     }
@@ -284,7 +284,7 @@ fn ungranted_case(s: &Scene) -> Observed {
         control(api.port),
         api.port
     );
-    let call = call(s, "cred-ungranted", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-ungranted", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api, &other], &secret) {
         return o;
     }
@@ -325,7 +325,7 @@ fn unbound_case(s: &Scene) -> Observed {
         control(api.port),
         evil.port
     );
-    let call = call(s, "cred-unbound", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-unbound", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -367,7 +367,7 @@ fn sni_case(s: &Scene) -> Observed {
          say('s_client', 'exit %d %s' % (r.returncode, ' '.join(l for l in r.stdout.splitlines() if 'Verify' in l \
          or 'HTTP/' in l or 'Cipher is' in l)[:200]))\n"
     );
-    let call = python(s, "cred-sni", pki, &secret, &pol, a, &body);
+    let call = python(s, "credential-sni", pki, &secret, &pol, a, &body);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -394,7 +394,7 @@ fn sni_case(s: &Scene) -> Observed {
 pub(crate) fn cases() -> Vec<Case> {
     let mut v = vec![
         c(
-            "cred-env/process",
+            "credential-env/process",
             "print the credential's variable, read /proc/self/environ, every /proc/N/environ and cmdline, env, set \
              and the CA bundle",
             "only the placeholder (the real value's prefix and length, not its value); the control: the bound \
@@ -402,7 +402,7 @@ pub(crate) fn cases() -> Vec<Case> {
             env_case,
         ),
         c(
-            "cred-keys/process",
+            "credential-keys/process",
             "search what the tool can see for a PEM private key: every file of {system} changed since the case \
              began, every file of {system}'s /etc entries, of the workspace, {tmp}, HOME, the CA bundle (and what \
              it may list of /tmp, /var/tmp, /dev/shm, /run); compare each key found with warden's egress CA",
@@ -412,21 +412,21 @@ pub(crate) fn cases() -> Vec<Case> {
             keys_case,
         ),
         c(
-            "cred-ungranted/process",
+            "credential-ungranted/process",
             "send the placeholder to a host the call is not granted (npm.warden.test:O, https by CONNECT and plain \
              http, and the bound port under that other name)",
             "403 from the proxy each time; the ungranted server sees no connection",
             ungranted_case,
         ),
         c(
-            "cred-unbound/process",
+            "credential-unbound/process",
             "send the placeholder to evil.warden.test, granted in net.connect but bound by no credential (an opaque \
              tunnel), in the Authorization header and the query",
             "evil receives the placeholder only; the record shows the tunnel not intercepted",
             unbound_case,
         ),
         c(
-            "cred-sni/process",
+            "credential-sni/process",
             "CONNECT api.warden.test (bound) and then TLS with SNI evil.warden.test (python, verified and not; \
              curl --connect-to; openssl s_client -servername)",
             "the handshake is refused (warden answers only for the CONNECT target); the bound server receives no \

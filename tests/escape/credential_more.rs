@@ -31,7 +31,7 @@ fn host_case(s: &Scene) -> Observed {
          '-H', 'Authorization: Bearer ' + PH, 'https://api.warden.test:{a}/raw'], capture_output=True, text=True)\n\
          say('curl_host', r.stdout.strip().splitlines()[-1] if r.stdout.strip() else 'exit %d' % r.returncode)\n"
     );
-    let call = python(s, "cred-host", pki, &secret, &pol, a, &body);
+    let call = python(s, "credential-host", pki, &secret, &pol, a, &body);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -67,7 +67,7 @@ fn dressed_case(s: &Scene) -> Observed {
          '-H', 'Authorization: Bearer ' + PH, 'https://api.warden.test:{a}/raw'], capture_output=True, text=True)\n\
          say('curl_connect_to', 'exit %d placeholder echoed %d' % (r.returncode, r.stdout.count('Bearer ' + PH)))\n"
     );
-    let call = python(s, "cred-dressed", pki, &secret, &pol, a, &body);
+    let call = python(s, "credential-dressed", pki, &secret, &pol, a, &body);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -108,7 +108,7 @@ fn redirect_case(s: &Scene) -> Observed {
         get("-L"),
         get("--location-trusted")
     );
-    let call = call(s, "cred-redirect", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-redirect", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -156,7 +156,7 @@ fn echo_case(s: &Scene) -> Observed {
          cat *.out; base64 -d < base64.out; gzip -dc < gzip.out 2>/dev/null\n",
         control(a)
     );
-    let call = call(s, "cred-echo", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-echo", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&api], &secret) {
         return o;
     }
@@ -220,7 +220,7 @@ fn pipeline_case(s: &Scene) -> Observed {
          api.warden.test:{a}\\r\\nAuthorization: Bearer {{PH}}\\r\\nConnection: close\\r\\n\\r\\n'.encode()))\n\
          attempt('pipelined_both', lambda: two(get('/raw?third=1', 'api.warden.test:{a}')))\n"
     );
-    let call = python(s, "cred-pipeline", pki, &secret, &pol, a, &body);
+    let call = python(s, "credential-pipeline", pki, &secret, &pol, a, &body);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -292,7 +292,7 @@ fn http2_case(s: &Scene) -> Observed {
          attempt('preface_evil', lambda: answer_h2(tls(tunnel('api.warden.test:{a}'), 'api.warden.test'), h2('evil.warden.test:{e}')))\n\
          attempt('preface_api', lambda: answer_h2(tls(tunnel('api.warden.test:{a}'), 'api.warden.test'), h2('api.warden.test:{a}')))\n"
     );
-    let call = python(s, "cred-http2", pki, &secret, &pol, a, &body);
+    let call = python(s, "credential-http2", pki, &secret, &pol, a, &body);
     if let Some(o) = no_netns(s, &call, &[&api, &evil], &secret) {
         return o;
     }
@@ -341,7 +341,7 @@ fn plain_case(s: &Scene) -> Observed {
          echo \"tunnelled: $(curl -sS -m 15 -p -o /dev/null -w '%{{http_code}}' -H \"Authorization: Bearer $API_TOKEN\" \
          http://api.warden.test:{p}/raw 2>&1 | tr '\\n' ' ')\"\n"
     );
-    let call = call(s, "cred-plain", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-plain", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&plain], &secret) {
         return o;
     }
@@ -376,7 +376,7 @@ fn unverified_case(s: &Scene) -> Observed {
          echo \"rogue: $(curl -sS -m 15 -w ' code=%{{http_code}}' -H \"Authorization: Bearer $API_TOKEN\" \
          https://api.warden.test:{r}/raw 2>&1 | tr '\\n' ' ')\"\n"
     );
-    let call = call(s, "cred-unverified", pki, &secret, &pol, &cmd);
+    let call = call(s, "credential-unverified", pki, &secret, &pol, &cmd);
     if let Some(o) = no_netns(s, &call, &[&rogue], &secret) {
         return o;
     }
@@ -400,42 +400,42 @@ fn unverified_case(s: &Scene) -> Observed {
 pub(super) fn cases() -> Vec<Case> {
     vec![
         c(
-            "cred-host/process",
+            "credential-host/process",
             "inside the intercepted tunnel to api.warden.test: Host evil.warden.test (with and without port), an \
              absolute URL to evil, two Host headers, curl -H 'Host: evil…'",
             "421 for each other host (400 for two Hosts); the bound server receives none of them, evil nothing",
             host_case,
         ),
         c(
-            "cred-dressed/process",
+            "credential-dressed/process",
             "CONNECT evil.warden.test (granted, not bound) with SNI and Host api.warden.test (python; curl \
              --connect-to api…:evil…)",
             "an opaque tunnel: evil receives the placeholder only; the record shows it not intercepted",
             dressed_case,
         ),
         c(
-            "cred-redirect/process",
+            "credential-redirect/process",
             "the bound server answers 302 to evil.warden.test with the Authorization it got in the query (and in \
              Refresh and the body); curl without -L, with -L, with --location-trusted",
             "the Location the tool sees names the placeholder; evil receives the placeholder only",
             redirect_case,
         ),
         c(
-            "cred-echo/process",
+            "credential-echo/process",
             "the bound server echoes the Authorization it got: raw, JSON, base64, chunked, gzip (with and without \
              --compressed)",
             "the tool sees its placeholder in each (decoded), never the value; the record counts the redactions",
             echo_case,
         ),
         c(
-            "cred-pipeline/process",
+            "credential-pipeline/process",
             "two requests in one write inside the intercepted tunnel, the second for evil.warden.test (Host, then \
              absolute URL); control: both for the bound host",
             "the first answered (value substituted), the second 421 and never sent; evil nothing",
             pipeline_case,
         ),
         c(
-            "cred-http2/process",
+            "credential-http2/process",
             "curl --http2 and --http2-prior-knowledge to the bound host; ALPN h2 only; a raw HTTP/2 preface with \
              :authority evil.warden.test and with the bound host",
             "--http2 works over HTTP/1.1; h2 refused (ALPN http/1.1 only, the preface refused); no preface reaches \
@@ -443,14 +443,14 @@ pub(super) fn cases() -> Vec<Case> {
             http2_case,
         ),
         c(
-            "cred-plain/process",
+            "credential-plain/process",
             "plain http:// to the bound name and port (forwarded, and CONNECT with plain HTTP inside)",
             "the placeholder is never substituted in plain HTTP (the server echoes the placeholder); the record \
              counts it misdirected; the CONNECT carrying plain HTTP fails",
             plain_case,
         ),
         c(
-            "cred-unverified/process",
+            "credential-unverified/process",
             "the bound host's server presents a self-signed certificate warden's trust store does not hold",
             "502 to the tool; the server receives no request head; nothing substituted",
             unverified_case,
