@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod components;
+mod credential;
 mod filesystem;
 mod hostside;
 mod inbox;
@@ -47,7 +48,7 @@ pub(crate) use scene::Scene;
 pub(crate) struct Case {
     /// A stable name: `CLASS-short.attack/RUNTIME`.
     pub id: &'static str,
-    /// filesystem, network, privilege, resources, components, policy, hostside, warden, persistence or supply-chain.
+    /// filesystem, network, privilege, resources, components, policy, hostside, warden, persistence, supply-chain or credential.
     pub class: &'static str,
     /// `process`, `component`, `policy` or `build` (a plugin's build under `cargo xtask plugin`).
     pub runtime: &'static str,
@@ -120,6 +121,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(itself::cases());
     v.extend(persistence::cases());
     v.extend(supply::cases());
+    v.extend(credential::cases());
     v
 }
 
