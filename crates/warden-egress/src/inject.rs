@@ -66,19 +66,6 @@ fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
 
-/// `s` percent-encoded but for RFC 3986's unreserved characters.
-pub(crate) fn percent(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Applies one bind of `h` to the request; returns the substitutions made.
 fn apply(b: &Bind, h: &Held, headers: &mut Vec<(String, Vec<u8>)>, target: &mut String) -> usize {
     let (ph, real) = (h.placeholder.as_bytes(), h.real().as_bytes());
@@ -92,7 +79,7 @@ fn apply(b: &Bind, h: &Held, headers: &mut Vec<(String, Vec<u8>)>, target: &mut 
             for pair in query.split('&') {
                 match pair.split_once('=') {
                     Some((k, v)) if k == param => {
-                        let (nv, k2) = swap(v.as_bytes(), ph, percent(h.real()).as_bytes());
+                        let (nv, k2) = swap(v.as_bytes(), ph, crate::scan::percent(h.real(), true).as_bytes());
                         n += k2;
                         parts.push(format!("{k}={}", String::from_utf8_lossy(&nv)));
                     }
@@ -349,6 +336,6 @@ mod tests {
     #[test]
     fn swap_and_percent() {
         assert_eq!(swap(b"aXXbXX", b"XX", b"yyy"), (b"ayyybyyy".to_vec(), 2));
-        assert_eq!(percent("a b/c~"), "a%20b%2Fc~");
+        assert_eq!(crate::scan::percent("a b/c~", true), "a%20b%2Fc~");
     }
 }

@@ -89,9 +89,9 @@ fn random_alnum(n: usize) -> Result<String, String> {
 /// - percent-encoded (RFC 3986 unreserved kept), with upper- and lower-case
 ///   hex, each only if different from raw;
 /// - JSON-escaped, only if different from raw: with `/` as `\/` and controls
-///   as `\uXXXX`; as serde_json and JavaScript write it (`/` kept, `\n` and
+///   as `\u` and four hex digits; as serde_json and JavaScript write it (`/` kept, `\n` and
 ///   the like short); and as Python's `ensure_ascii` writes it (non-ASCII as
-///   `\uxxxx`, surrogate pairs beyond the BMP);
+///   `\u` escapes, surrogate pairs beyond the BMP);
 /// - base64 standard and base64url of the value at the 3 byte alignments
 ///   inside a longer base64 text: for alignment k, (k filler bytes ++ value)
 ///   encoded, keeping only the characters that depend on the value alone;
@@ -132,7 +132,7 @@ pub fn redaction_pairs(real: &str, placeholder: &str, basic_user: Option<&str>) 
 }
 
 /// `s` percent-encoded: every byte but RFC 3986's unreserved as `%XX`.
-fn percent(s: &str, upper: bool) -> String {
+pub(crate) fn percent(s: &str, upper: bool) -> String {
     let mut out = String::with_capacity(s.len() * 3);
     for &b in s.as_bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
