@@ -47,28 +47,44 @@ fn bundle() -> Result<&'static PathBuf, String> {
                 .filter(|p| p.is_absolute() && p.is_dir())
                 .unwrap_or_else(std::env::temp_dir);
             sweep(&base);
-            let dir = base.join(format!("warden-ca-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            use std::os::unix::fs::DirBuilderExt;
+            // A name nobody can guess, made fresh, and a file made fresh in
+            // it: a tool that may write where it lies (the same uid, /tmp
+            // granted) cannot plant a link there for warden to write through.
+            let mut rnd = [0u8; 8];
+            getrandom::fill(&mut rnd).map_err(|e| format!("no randomness: {e}"))?;
+            let dir = base.join(format!("warden-ca-{}-{}", std::process::id(), hex::encode(rnd)));
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
             std::fs::DirBuilder::new()
                 .mode(0o755)
                 .create(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             let path = dir.join("ca-bundle.pem");
-            std::fs::write(&path, pem).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut file, pem.as_bytes())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             Ok(path)
         })
         .as_ref()
         .map_err(Clone::clone)
 }
 
-/// Removes the bundles of warden processes that are gone.
+/// Removes the bundles of this user's warden processes that are gone (a
+/// directory of its own, never a link, never another user's).
 fn sweep(base: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(base) else { return };
+    let me = nix::unistd::geteuid().as_raw();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("warden-ca-")) else { continue };
-        if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("warden-ca-")) else { continue };
+        let pid = rest.split('-').next().unwrap_or_default();
+        let mine = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if mine && pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
