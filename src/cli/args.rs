@@ -257,6 +257,12 @@ pub enum PolicyCommand {
         /// The policy [default: as --policy]
         file: Option<PathBuf>,
     },
+    /// Each key of one tool as it stands for calls, and which layer decided it
+    /// (the policy, a managed floor in /etc/warden, the profile).
+    Explain {
+        /// The tool (`SERVER__TOOL` for a server's tool)
+        tool: String,
+    },
 }
 
 /// `warden plugin …`

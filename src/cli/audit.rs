@@ -17,10 +17,10 @@ pub(super) fn audit(s: &Session, format: AuditFormat, fail_on: FailOn, self_test
     let ctx = s.context()?;
     let (text, origin, dir) = s.policy_source()?;
     let host = HostReport::probe();
-    let mut loaded = Policy::from_text(&text, &origin, &dir, &ctx);
-    if let Ok(policy) = &mut loaded {
-        s.with_profile(policy)?;
-    }
+    let loaded = match Policy::from_text(&text, &origin, &dir, &ctx) {
+        Ok(policy) => Ok(s.effective(policy, &ctx)?),
+        Err(e) => Err(e),
+    };
     let mut tool_names = None;
     let mut lasting = None;
     let (mut provenance, mut plugin_imports) = (Vec::new(), Default::default());

@@ -15,6 +15,7 @@ mod call;
 mod console;
 mod echo;
 pub(crate) mod exec;
+mod explain;
 mod list;
 mod lock;
 mod log;
@@ -100,6 +101,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Audit { format, fail_on, no_self_test } => audit::audit(&s, *format, *fail_on, !*no_self_test),
         Command::List { json } => list::command(&s, *json),
         Command::Policy(PolicyCommand::Check { file }) => policy::check(&s, file.as_deref()),
+        Command::Policy(PolicyCommand::Explain { tool }) => explain::explain(&s, tool),
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
         Command::Approvals(c) => approvals::run(&s, c),

@@ -17,6 +17,12 @@ pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
         crate::policy::SandboxMode::BestEffort => "best-effort",
     };
     println!("policy {} (sandbox mode {mode})", policy.origin);
+    if !policy.floors.is_empty() {
+        println!(
+            "managed floors: {} (the stricter always wins; `warden policy explain TOOL` says which layer decided each key)",
+            policy.floors.join(", ")
+        );
+    }
     if let Some(p) = &policy.profile {
         println!("profile {} ({}): {}", p.name, p.location, p.tools.join(", "));
         if let Some(d) = &p.description {
@@ -84,9 +90,9 @@ pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
 pub(super) fn check(s: &Session, file: Option<&Path>) -> Result<u8, Failure> {
     let ctx = s.context()?;
     let policy = match file {
-        Some(f) => Policy::load(f, &ctx)
-            .map_err(|e| e.to_string())
-            .and_then(|mut p| s.with_profile(&mut p).map(|()| p).map_err(|f| f.message)),
+        Some(f) => {
+            Policy::load(f, &ctx).map_err(|e| e.to_string()).and_then(|p| s.effective(p, &ctx).map_err(|f| f.message))
+        }
         None => s.load_policy(&ctx).map_err(|f| f.message),
     };
     let policy = match policy {

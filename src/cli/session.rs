@@ -12,9 +12,23 @@ use crate::catalog::Catalog;
 use crate::error::ErrorCode;
 use crate::executor::{Executor, Options};
 use crate::lock::Pins;
+use crate::policy::floor::{self, Floor};
 use crate::policy::{Context, Policy};
 use crate::runtime::server::ServerPool;
 use crate::runtime::wasm::ComponentRuntime;
+
+/// This machine's managed floors (`/etc/warden/requirements.toml`,
+/// `requirements.d/*.toml`, and `WARDEN_REQUIREMENTS`): any that cannot be
+/// read or trusted stops the command.
+pub(super) fn load_floors(ctx: &Context) -> Result<Vec<Floor>, Failure> {
+    let extra = std::env::var_os(floor::EXTRA_FLOOR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+    floor::load(ctx, extra.as_deref(), nix::unistd::geteuid().as_raw()).map_err(|e| {
+        fail(
+            ErrorCode::InvalidArgs,
+            format!("{e}\n(a managed floor that cannot be trusted stops every command; see docs/policy.md, \"Managed floors\")"),
+        )
+    })
+}
 
 /// The command line, and what is built from it on demand.
 pub(super) struct Session {
@@ -66,8 +80,20 @@ impl Session {
 
     pub(super) fn load_policy(&self, ctx: &Context) -> Result<Policy, Failure> {
         let (text, origin, dir) = self.policy_source()?;
-        let mut policy =
+        let policy =
             Policy::from_text(&text, &origin, &dir, ctx).map_err(|e| fail(ErrorCode::InvalidArgs, e.to_string()))?;
+        self.effective(policy, ctx)
+    }
+
+    /// The policy as it stands for calls: combined with this machine's managed
+    /// floors (the one place that does it), under `--profile`, protecting
+    /// warden's own files.
+    pub(super) fn effective(&self, mut policy: Policy, ctx: &Context) -> Result<Policy, Failure> {
+        let floors = load_floors(ctx)?;
+        policy.apply_floors(&floors);
+        for f in &floors {
+            policy.own_files.push(("managed floor".into(), PathBuf::from(&f.origin)));
+        }
         self.with_profile(&mut policy)?;
         policy.own_files.extend(self.own_files());
         Ok(policy)

@@ -18,7 +18,8 @@ use crate::{
 };
 
 use self::server::{compile_server, compile_server_tool};
-use self::tool::{Scope, compile_rules, compile_tool};
+use self::tool::{Scope, compile_tool};
+pub(crate) use self::tool::{compile_rules, expand_pattern};
 
 /// What `{system}` grants read (and execute) access to: what ordinary programs
 /// need to start and run. Never `/etc` whole: it holds `shadow` and host keys.
@@ -129,7 +130,22 @@ pub fn line_column(text: &str, span: &Range<usize>) -> (usize, usize) {
     (line, column)
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    /// A checker of `text`, named `origin` in messages.
+    pub(crate) fn new(text: &'a str, origin: &'a str) -> Checker<'a> {
+        Checker { text, origin, problems: Vec::new() }
+    }
+
+    pub(crate) fn has_problems(&self) -> bool {
+        !self.problems.is_empty()
+    }
+
+    /// The problems found, in file order.
+    pub(crate) fn into_error(mut self) -> PolicyError {
+        self.problems.sort_by_key(|p| (p.line, p.column));
+        PolicyError { problems: self.problems }
+    }
+
     fn at(&self, span: Range<usize>) -> (usize, usize) {
         line_column(self.text, &span)
     }
@@ -219,6 +235,8 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         own_files: own_files(origin, dir),
         inbox: raw.defaults.inbox.unwrap_or(true),
         credentials,
+        floors: Vec::new(),
+        floor_notes: BTreeMap::new(),
     })
 }
 
@@ -645,7 +663,12 @@ pub fn expand_text(s: &str, ctx: &Context, keep_tmp: bool) -> Result<String, Str
     Ok(out)
 }
 
-fn expand_path(c: &mut Checker<'_>, tool: &str, entry: &Spanned<String>, ctx: &Context) -> Option<GrantPath> {
+pub(crate) fn expand_path(
+    c: &mut Checker<'_>,
+    tool: &str,
+    entry: &Spanned<String>,
+    ctx: &Context,
+) -> Option<GrantPath> {
     let raw = entry.get_ref();
     let fail = |c: &mut Checker<'_>, msg: String| {
         c.problem(entry.span(), format!("tool {tool}: path {raw:?}: {msg}"));
@@ -676,7 +699,7 @@ fn expand_path(c: &mut Checker<'_>, tool: &str, entry: &Spanned<String>, ctx: &C
     Some(GrantPath::Fixed(p))
 }
 
-fn parse_host_port(s: &str) -> Result<NetGrant, String> {
+pub(crate) fn parse_host_port(s: &str) -> Result<NetGrant, String> {
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (h, p) = rest.split_once("]:").ok_or("write [IPv6]:PORT")?;
         (h.to_string(), p)

@@ -13,6 +13,8 @@
 pub mod compile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/credentials.md")]
 pub mod credential;
+mod decide;
+pub mod floor;
 pub mod glob;
 pub mod oci;
 pub mod profile;
@@ -31,6 +33,9 @@ use serde::{Deserialize, Serialize};
 
 pub use compile::{Context, SYSTEM_READ, SYSTEM_WRITE};
 pub use credential::{Bind, Credential, Inject, Source};
+pub use decide::is_simple_command;
+pub(crate) use decide::strictest;
+pub use floor::apply::FloorTier;
 
 /// Lasting approvals, beside the policy file.
 pub const APPROVALS_FILE: &str = "warden.approvals.toml";
@@ -147,6 +152,10 @@ pub struct Policy {
     pub inbox: bool,
     /// `[credentials.*]` by name.
     pub credentials: BTreeMap<String, Credential>,
+    /// The managed floors combined with it ([`Policy::apply_floors`]), in order.
+    pub floors: Vec<String>,
+    /// What each floor changed, by tool (`server NAME` for a server, `""` for the policy's own keys).
+    pub floor_notes: BTreeMap<String, Vec<floor::apply::FloorNote>>,
 }
 
 impl Policy {
@@ -236,16 +245,23 @@ pub struct ServerSpec {
     pub limits: Limits,
     /// `file:line:column` of its table.
     pub location: String,
+    /// The managed floors' say in its tools' tiers.
+    pub floors: Vec<FloorTier>,
+    /// The managed floors' `[tools."NAME__TOOL"]`, by tool.
+    pub tool_floors: BTreeMap<String, Vec<FloorTier>>,
 }
 
 impl ServerSpec {
     /// The policy entry a tool of this server gets when no `[tools."NAME__TOOL"]` exists.
     pub fn tool_spec(&self, tool: &str) -> ToolSpec {
+        let mut floors = self.floors.clone();
+        floors.extend(self.tool_floors.get(tool).into_iter().flatten().cloned());
+        let tier = floors.iter().map(|f| f.base.tier).fold(self.tier, Tier::max);
         ToolSpec {
             name: format!("{}{SERVER_TOOL_SEPARATOR}{tool}", self.name),
             runner: Runner::Server(ServerTool { server: self.name.clone(), tool: tool.to_string() }),
             description: None,
-            tier: self.tier,
+            tier,
             grants: self.grants.clone(),
             limits: self.limits,
             rules: Vec::new(),
@@ -254,6 +270,7 @@ impl ServerSpec {
             hidden_by: None,
             background: false,
             inbox: None,
+            floors,
         }
     }
 }
@@ -575,13 +592,6 @@ pub fn fill_template<E>(element: &str, mut value: impl FnMut(&str) -> Result<Opt
     Ok(out)
 }
 
-/// Whether `s` is a simple command: no `;` `&` `|` backtick `$(` `<` `>` newline or
-/// parenthesis, so that an `auto` rule written for `ls` cannot carry `ls; curl evil`.
-pub fn is_simple_command(s: &str) -> bool {
-    !s.contains("$(")
-        && !s.chars().any(|c| matches!(c, ';' | '&' | '|' | '`' | '<' | '>' | '\n' | '\r' | '(' | ')' | '\0'))
-}
-
 /// Which argument a rule looks at.
 #[derive(Debug, Clone)]
 pub enum ArgSelector {
@@ -645,6 +655,9 @@ pub struct ToolSpec {
     /// `inbox = true|false`: whether a call whose client cannot ask may wait in
     /// warden's approval inbox (`None`: `[defaults] inbox`, see [`Policy::inbox`]).
     pub inbox: Option<bool>,
+    /// The managed floors' say in its tier: each call gets the stricter of
+    /// its own decision and each floor's ([`ToolSpec::decide`]).
+    pub floors: Vec<FloorTier>,
 }
 
 /// A policy that could not be loaded: each problem with its place in the file.
@@ -748,34 +761,6 @@ impl ToolSpec {
             Runner::Plugin(_) | Runner::Command(_) => "component",
             Runner::Process(_) => "process",
             Runner::Server(_) => "server",
-        }
-    }
-
-    /// The tier for a call with `args`, and the rule that set it (if any).
-    ///
-    /// Matching rules decide and the strictest of them wins
-    /// (`deny` > `confirm` > `ask` > `auto`); with no matching rule, the base tier
-    /// stands. A tool whose base tier is `deny` stays denied: no rule relaxes it.
-    pub fn decide(&self, args: &serde_json::Value) -> (Tier, Option<&Rule>) {
-        if self.tier == Tier::Deny {
-            return (Tier::Deny, None);
-        }
-        let mut best: Option<&Rule> = None;
-        let process = matches!(self.runner, Runner::Process(_));
-        for rule in &self.rules {
-            let matches = rule.when.iter().all(|(sel, re)| {
-                sel.select(args).is_some_and(|v| {
-                    // An auto rule on a process tool applies only to simple commands.
-                    re.is_match(v) && !(process && rule.tier == Tier::Auto && !is_simple_command(v))
-                })
-            });
-            if matches && best.is_none_or(|b| rule.tier > b.tier) {
-                best = Some(rule);
-            }
-        }
-        match best {
-            Some(rule) => (rule.tier, Some(rule)),
-            None => (self.tier, None),
         }
     }
 }

@@ -88,7 +88,16 @@ pub(super) fn compile_server(
     if c.problems.len() > before {
         return None;
     }
-    Some(ServerSpec { name: name.clone(), exec, tier: spec.tier, grants: spec.grants, limits, location: spec.location })
+    Some(ServerSpec {
+        name: name.clone(),
+        exec,
+        tier: spec.tier,
+        grants: spec.grants,
+        limits,
+        location: spec.location,
+        floors: Vec::new(),
+        tool_floors: BTreeMap::new(),
+    })
 }
 
 /// Checks `[tools."SERVER__TOOL"]`: a tier, rules or a description for one tool

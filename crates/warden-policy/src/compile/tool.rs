@@ -78,6 +78,7 @@ pub(super) fn compile_tool(
         hidden_by: None,
         background,
         inbox: t.inbox.as_ref().map(|b| *b.get_ref()),
+        floors: Vec::new(),
     })
 }
 
@@ -498,7 +499,7 @@ pub(super) fn compile_deny(
 
 /// Expands one `fs.deny_*`/`fs.unprotect` entry: a grant path in which `*`, `?`
 /// and `**` components may appear.
-pub(super) fn expand_pattern(
+pub(crate) fn expand_pattern(
     c: &mut Checker<'_>,
     name: &str,
     key: &str,
@@ -531,7 +532,7 @@ pub(super) fn expand_pattern(
 }
 
 /// Checks `[[tools.NAME.rule]]` entries.
-pub(super) fn compile_rules(c: &mut Checker<'_>, name: &str, raw_rules: &[Spanned<RawRule>]) -> Vec<Rule> {
+pub(crate) fn compile_rules(c: &mut Checker<'_>, name: &str, raw_rules: &[Spanned<RawRule>]) -> Vec<Rule> {
     let mut rules = Vec::new();
     for r in raw_rules {
         let rspan = r.span();
