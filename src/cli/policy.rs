@@ -23,6 +23,14 @@ pub(super) fn policy_check(policy: &Policy, catalog: &Catalog) -> u8 {
             policy.floors.join(", ")
         );
     }
+    let unmatched = crate::policy::floor::apply::UNMATCHED;
+    for n in policy.floor_notes.get("").into_iter().flatten().filter(|n| n.key == unmatched) {
+        eprintln!(
+            "warning: the managed floor's {} ({}) names no tool of this policy: a tool under another name is \
+             bounded only by [tools.\"*\"] and [defaults] tier",
+            n.asked, n.by
+        );
+    }
     if let Some(p) = &policy.profile {
         println!("profile {} ({}): {}", p.name, p.location, p.tools.join(", "));
         if let Some(d) = &p.description {

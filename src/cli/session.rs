@@ -22,7 +22,13 @@ use crate::runtime::wasm::ComponentRuntime;
 /// read or trusted stops the command.
 pub(super) fn load_floors(ctx: &Context) -> Result<Vec<Floor>, Failure> {
     let extra = std::env::var_os(floor::EXTRA_FLOOR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
-    floor::load(ctx, extra.as_deref(), nix::unistd::geteuid().as_raw()).map_err(|e| {
+    // A floor's `{home}` is the user's home from the password database, not `$HOME` (which the caller sets).
+    let euid = nix::unistd::geteuid();
+    let mut ctx = ctx.clone();
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(euid) {
+        ctx.home = user.dir;
+    }
+    floor::load(&ctx, extra.as_deref(), euid.as_raw()).map_err(|e| {
         fail(
             ErrorCode::InvalidArgs,
             format!("{e}\n(a managed floor that cannot be trusted stops every command; see docs/policy.md, \"Managed floors\")"),

@@ -244,6 +244,13 @@ fn compile_source(c: &mut Checker<'_>, n: &str, from: &Spanned<RawSource>, ctx: 
         if argv.is_empty() || argv[0].is_empty() || argv.len() > 64 {
             return bad(c, "command is a program and its arguments (1 to 64 strings), run without a shell".into());
         }
+        // `./tok.sh` would run whatever sits in warden's working directory (often the workspace, which tools write).
+        if argv[0].contains('/') && !argv[0].starts_with('/') {
+            return bad(
+                c,
+                format!("command {:?}: name the program by absolute path, or by a bare name found in PATH", argv[0]),
+            );
+        }
         return Some(Source::Command(argv.clone()));
     }
     let k = f.keyring.as_ref()?;

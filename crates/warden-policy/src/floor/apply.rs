@@ -52,6 +52,9 @@ impl FloorTier {
     }
 }
 
+/// The key of a [`FloorNote`] for a floor's table naming a tool or server the policy does not define.
+pub const UNMATCHED: &str = "names nothing here";
+
 /// What a floor changed, for `warden policy explain`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FloorNote {
@@ -71,6 +74,7 @@ impl Policy {
         for f in floors {
             self.apply_floor(f);
         }
+        self.drop_credential_commands(floors);
     }
 
     fn note(&mut self, subject: &str, key: &str, asked: String, now: String, by: &str) {
@@ -80,6 +84,83 @@ impl Policy {
 
     fn apply_floor(&mut self, f: &Floor) {
         self.floors.push(f.origin.clone());
+        self.apply_defaults(f);
+        let star = f.tools.get("*");
+        let unnamed = f.unnamed.as_ref().map(|(tier, at)| FloorEntry {
+            location: at.clone(),
+            tier: Some(*tier),
+            ..FloorEntry::default()
+        });
+        let mut notes: Vec<(String, &'static str, String, String, String)> = Vec::new();
+        for (name, spec) in &mut self.tools {
+            // (entry, whether it names this tool: its rules' arguments are then checked)
+            let mut entries: Vec<(&FloorEntry, bool)> = star.map(|e| (e, false)).into_iter().collect();
+            entries.extend(f.tools.get(name).map(|e| (e, true)));
+            if let Runner::Server(st) = &spec.runner {
+                entries.extend(f.servers.get(&st.server).map(|e| (e, true)));
+            }
+            if !entries.iter().any(|(_, named)| *named) {
+                entries.extend(unnamed.as_ref().map(|e| (e, false)));
+            }
+            for (e, named) in entries {
+                let e = if named { fail_closed(e, spec) } else { e.clone() };
+                let by = e.location.clone();
+                bound_tool(spec, &e, &f.origin, &mut |key, asked, now| {
+                    notes.push((name.clone(), key, asked, now, by.clone()))
+                });
+            }
+            if let Some((false, by)) = &f.inbox
+                && spec.inbox == Some(true)
+            {
+                notes.push((name.clone(), "inbox", "true".into(), "false".into(), by.clone()));
+                spec.inbox = Some(false);
+            }
+        }
+        for (name, server) in &mut self.servers {
+            let mut entries: Vec<&FloorEntry> = star.into_iter().chain(f.servers.get(name)).collect();
+            if !f.servers.contains_key(name) {
+                entries.extend(unnamed.as_ref());
+            }
+            let subject = format!("server {name}");
+            for e in entries {
+                let by = e.location.clone();
+                let mut note = |key, asked, now| notes.push((subject.clone(), key, asked, now, by.clone()));
+                if let Some(t) = FloorTier::from_entry(e, &f.origin) {
+                    raise(&mut server.tier, t.base.tier, &mut note);
+                    server.floors.push(t);
+                }
+                bound_grants(&mut server.grants, e, &mut note);
+                bound_limits(&mut server.limits, &e.limits, &mut note);
+            }
+            // A floor's `[tools."NAME__TOOL"]` reaches the server's tools that the policy does not name.
+            let prefix = format!("{name}{}", crate::SERVER_TOOL_SEPARATOR);
+            for (tool, e) in f.tools.iter().filter(|(t, _)| t.starts_with(&prefix)) {
+                if let Some(t) = FloorTier::from_entry(e, &f.origin) {
+                    server.tool_floors.entry(tool[prefix.len()..].to_string()).or_default().push(t);
+                }
+            }
+        }
+        for (subject, key, asked, now, by) in notes {
+            self.note(&subject, key, asked, now, &by);
+        }
+        // A name the floor bounds that this policy does not define: said, since a renamed tool escapes it.
+        for (name, e) in &f.tools {
+            let server_tool = name
+                .split_once(crate::SERVER_TOOL_SEPARATOR)
+                .is_some_and(|(server, _)| self.servers.contains_key(server));
+            if name != "*" && !server_tool && !self.tools.contains_key(name) {
+                self.note("", UNMATCHED, format!("[tools.{name}]"), "-".into(), &e.location);
+            }
+        }
+        for (name, e) in &f.servers {
+            if !self.servers.contains_key(name) {
+                self.note("", UNMATCHED, format!("[servers.{name}]"), "-".into(), &e.location);
+            }
+        }
+    }
+
+    /// `[sandbox] mode` and `[defaults]`.
+    fn apply_defaults(&mut self, f: &Floor) {
         if let Some((SandboxMode::Enforce, by)) = &f.mode
             && self.mode != SandboxMode::Enforce
         {
@@ -98,41 +179,107 @@ impl Policy {
             self.note("", "[defaults] max_jobs", self.max_jobs.to_string(), most.to_string(), by);
             self.max_jobs = (*most).max(1);
         }
-        let star = f.tools.get("*");
-        let mut notes = Vec::new();
-        for (name, spec) in &mut self.tools {
-            let mut entries: Vec<&FloorEntry> = star.into_iter().chain(f.tools.get(name)).collect();
-            if let Runner::Server(st) = &spec.runner {
-                entries.extend(f.servers.get(&st.server));
-            }
-            for e in entries {
-                bound_tool(spec, e, &f.origin, &mut |key, asked, now| notes.push((name.clone(), key, asked, now, e)));
-            }
+    }
+
+    /// Under floors, a credential from `command` (a program the policy names,
+    /// run on the host outside every sandbox) stays only where a floor says
+    /// `credential_commands = true` and none says `false`; the others go from
+    /// every holder, noted. (`keyring` runs `secret-tool lookup`, warden's own
+    /// fixed program, and stays.)
+    fn drop_credential_commands(&mut self, floors: &[Floor]) {
+        let says: Vec<&(bool, String)> = floors.iter().filter_map(|f| f.credential_commands.as_ref()).collect();
+        if floors.is_empty() || (says.iter().any(|(v, _)| *v) && says.iter().all(|(v, _)| *v)) {
+            return;
         }
-        for (name, server) in &mut self.servers {
-            let entries: Vec<&FloorEntry> = star.into_iter().chain(f.servers.get(name)).collect();
-            let subject = format!("server {name}");
-            for e in entries {
-                let mut note = |key, asked, now| notes.push((subject.clone(), key, asked, now, e));
-                if let Some(t) = FloorTier::from_entry(e, &f.origin) {
-                    raise(&mut server.tier, t.base.tier, &mut note);
-                    server.floors.push(t);
-                }
-                bound_grants(&mut server.grants, e, &mut note);
-                bound_limits(&mut server.limits, &e.limits, &mut note);
+        let by = says.iter().find(|(v, _)| !*v).map_or_else(|| floors[0].origin.clone(), |(_, at)| at.clone());
+        let gone: Vec<String> = self
+            .credentials
+            .values()
+            .filter(|c| matches!(&c.source, crate::Source::Command(argv) if !is_keyring(argv)))
+            .map(|c| c.name.clone())
+            .collect();
+        for name in &gone {
+            self.credentials.remove(name);
+            let why = format!(
+                "{name} (from a command, which runs on the host: set [defaults] credential_commands = true in a floor to allow it)"
+            );
+            let holders: Vec<String> = self
+                .tools
+                .values()
+                .filter(|t| t.grants.credentials.iter().any(|c| &c.name == name))
+                .map(|t| t.name.clone())
+                .chain(
+                    self.servers
+                        .values()
+                        .filter(|s| s.grants.credentials.iter().any(|c| &c.name == name))
+                        .map(|s| format!("server {}", s.name)),
+                )
+                .collect();
+            for t in self.tools.values_mut() {
+                t.grants.credentials.retain(|c| &c.name != name);
             }
-            // A floor's `[tools."NAME__TOOL"]` reaches the server's tools that the policy does not name.
-            let prefix = format!("{name}{}", crate::SERVER_TOOL_SEPARATOR);
-            for (tool, e) in f.tools.iter().filter(|(t, _)| t.starts_with(&prefix)) {
-                if let Some(t) = FloorTier::from_entry(e, &f.origin) {
-                    server.tool_floors.entry(tool[prefix.len()..].to_string()).or_default().push(t);
-                }
+            for s in self.servers.values_mut() {
+                s.grants.credentials.retain(|c| &c.name != name);
             }
-        }
-        for (subject, key, asked, now, e) in notes {
-            self.note(&subject, key, asked, now, &e.location);
+            for h in holders {
+                self.note(&h, "credentials", why.clone(), "-".into(), &by);
+            }
         }
     }
+}
+
+/// `from = { keyring = … }` as compiled: `secret-tool lookup service S account A`.
+fn is_keyring(argv: &[String]) -> bool {
+    argv.len() == 6 && argv[0] == "secret-tool" && argv[1] == "lookup" && argv[2] == "service" && argv[4] == "account"
+}
+
+/// `e` for `spec`: a rule of the floor that looks at an argument the tool does
+/// not have would never match, so a renamed argument would slip past it; such a
+/// rule matches every call instead (it fails closed), saying why. Only where
+/// the policy says what the arguments are (process tools, command programs).
+fn fail_closed(e: &FloorEntry, spec: &ToolSpec) -> FloorEntry {
+    let params: Option<Vec<String>> = match &spec.runner {
+        Runner::Process(x) => Some(match &x.input_schema {
+            Some(schema) => schema_names(schema),
+            None => x.params.clone(),
+        }),
+        Runner::Command(x) => Some(match &x.input_schema {
+            Some(schema) => schema_names(schema),
+            None => x.params.clone(),
+        }),
+        Runner::Plugin(_) | Runner::Server(_) => None,
+    };
+    let Some(params) = params else { return e.clone() };
+    let mut e = e.clone();
+    for rule in &mut e.rules {
+        let missing: Vec<String> = rule
+            .when
+            .iter()
+            .filter_map(|(sel, _)| match sel {
+                crate::ArgSelector::Name(n) if !params.contains(n) => Some(n.clone()),
+                crate::ArgSelector::Pointer(p) => {
+                    let top = p.trim_start_matches('/').split('/').next().unwrap_or_default();
+                    (!params.iter().any(|n| n == top)).then(|| p.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if !missing.is_empty() {
+            rule.when.clear();
+            rule.reason = Some(format!(
+                "{}the floor's rule looks at {} which {} has no argument of: it applies to every call",
+                rule.reason.as_ref().map(|r| format!("{r}; ")).unwrap_or_default(),
+                missing.join(", "),
+                spec.name
+            ));
+        }
+    }
+    e
+}
+
+/// The property names of an input schema.
+fn schema_names(schema: &serde_json::Value) -> Vec<String> {
+    schema["properties"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
 }
 
 /// Bounds one tool by one floor entry; `note` hears each change.
@@ -185,6 +332,13 @@ pub(crate) fn intersect_paths(asked: &[PathGrant], most: &[PathGrant]) -> Vec<Pa
 
 /// Whether the host pattern `inner` names only hosts that `outer` names.
 pub(crate) fn host_under(inner: &str, outer: &str) -> bool {
+    // An address is named only by the same address: `*` and `*.suffix` name
+    // host names, never addresses (as the egress rules read them).
+    match (inner.parse::<std::net::IpAddr>(), outer.parse::<std::net::IpAddr>()) {
+        (Ok(a), Ok(b)) => return canonical(a) == canonical(b),
+        (Ok(_), Err(_)) | (Err(_), Ok(_)) => return false,
+        _ => {}
+    }
     if outer == "*" || inner == outer {
         return true;
     }
@@ -194,6 +348,14 @@ pub(crate) fn host_under(inner: &str, outer: &str) -> bool {
             inner != "*" && name.ends_with(suffix) && name[..name.len() - suffix.len()].ends_with('.')
         }
         None => false,
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
     }
 }
 

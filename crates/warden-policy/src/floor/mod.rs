@@ -59,6 +59,14 @@ pub struct Floor {
     pub inbox: Option<(bool, String)>,
     /// `[defaults] max_jobs`.
     pub max_jobs: Option<(usize, String)>,
+    /// `[defaults] tier`: the least tier of every tool the floor does not name
+    /// (`[tools.NAME]`, or `[servers.NAME]` for a server's tools): with it, a
+    /// floor is an allowlist that renaming a tool cannot leave.
+    pub unnamed: Option<(Tier, String)>,
+    /// `[defaults] credential_commands`: whether a policy's credential may come
+    /// from `from = { command = … }`, a program run on the host outside every
+    /// sandbox (under a floor: only when a floor says `true` and none `false`).
+    pub credential_commands: Option<(bool, String)>,
     /// `[tools.NAME]` by name; `"*"` bounds every tool and server.
     pub tools: BTreeMap<String, FloorEntry>,
     /// `[servers.NAME]` by name: the server process and each of its tools.
@@ -150,6 +158,8 @@ struct RawFloorSandbox {
 struct RawFloorDefaults {
     inbox: Option<Spanned<bool>>,
     max_jobs: Option<Spanned<usize>>,
+    tier: Option<Spanned<Tier>>,
+    credential_commands: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -224,9 +234,14 @@ pub fn compile_floor(text: &str, origin: &str, ctx: &Context) -> Result<Floor, P
     floor.mode = raw.sandbox.mode.as_ref().map(|m| (*m.get_ref(), c.location(m.span())));
     floor.inbox = raw.defaults.inbox.as_ref().map(|v| (*v.get_ref(), c.location(v.span())));
     floor.max_jobs = raw.defaults.max_jobs.as_ref().map(|v| (*v.get_ref(), c.location(v.span())));
+    floor.unnamed = raw.defaults.tier.as_ref().map(|v| (*v.get_ref(), c.location(v.span())));
+    floor.credential_commands = raw.defaults.credential_commands.as_ref().map(|v| (*v.get_ref(), c.location(v.span())));
     for (map, out, kind) in [(&raw.tools, &mut floor.tools, "tools"), (&raw.servers, &mut floor.servers, "servers")] {
         for (name, entry) in map {
             let subject = format!("[{kind}.{}]", name.get_ref());
+            if kind == "tools" && name.get_ref().contains(crate::SERVER_TOOL_SEPARATOR) {
+                server_tool_keys(&mut c, &subject, entry);
+            }
             out.insert(name.get_ref().clone(), compile_entry(&mut c, &subject, entry, ctx));
         }
     }
@@ -234,6 +249,44 @@ pub fn compile_floor(text: &str, origin: &str, ctx: &Context) -> Result<Floor, P
         return Err(c.into_error());
     }
     Ok(floor)
+}
+
+/// A server's tool runs inside the server's walls: only its tier and rules are its own.
+fn server_tool_keys(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloorEntry>) {
+    let e = entry.get_ref();
+    let l = &e.limits;
+    let walls = e.fs.read.is_some()
+        || e.fs.write.is_some()
+        || !e.fs.deny_read.is_empty()
+        || !e.fs.deny_write.is_empty()
+        || e.fs.unprotect.is_some()
+        || e.fs.git_init.is_some()
+        || e.net.connect.is_some()
+        || e.net.allow_private.is_some()
+        || e.net.unix.is_some()
+        || e.env.pass.is_some()
+        || e.credentials.is_some()
+        || e.sysv_ipc.is_some()
+        || e.inotify.is_some()
+        || l.timeout.is_some()
+        || l.memory.is_some()
+        || l.max_output.is_some()
+        || l.cpu.is_some()
+        || l.processes.is_some()
+        || l.open_files.is_some()
+        || l.file_size.is_some()
+        || l.tmp_size.is_some()
+        || l.tmp_files.is_some();
+    if walls {
+        let server = subject.trim_start_matches("[tools.").split(crate::SERVER_TOOL_SEPARATOR).next().unwrap_or("");
+        c.problem(
+            entry.span(),
+            format!(
+                "{subject}: a server's tool runs inside its server's walls; bound fs, net, env, credentials and \
+                 limits in [servers.{server}], keep only tier and rules here"
+            ),
+        );
+    }
 }
 
 fn compile_entry(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloorEntry>, ctx: &Context) -> FloorEntry {
@@ -244,7 +297,7 @@ fn compile_entry(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloorEnt
         let mut list: Vec<PathGrant> = Vec::new();
         for (entries, write) in [(&raw.fs.read, false), (&raw.fs.write, true)] {
             for e in entries.iter().flatten() {
-                for path in floor_paths(c, subject, e, ctx) {
+                for (path, write) in floor_paths(c, subject, e, write, ctx) {
                     match list.iter_mut().find(|g| g.path == path) {
                         Some(g) => g.write |= write,
                         None => list.push(PathGrant { path, write }),
@@ -312,13 +365,20 @@ fn compile_entry(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloorEnt
     }
 }
 
-/// One `fs.read`/`fs.write` entry of a floor: `{system}` stands for what it grants a process tool.
-fn floor_paths(c: &mut Checker<'_>, subject: &str, e: &Spanned<String>, ctx: &Context) -> Vec<GrantPath> {
+/// One `fs.read`/`fs.write` entry of a floor: `{system}` stands for what it
+/// grants a process tool (its devices writable, as there).
+fn floor_paths(
+    c: &mut Checker<'_>,
+    subject: &str,
+    e: &Spanned<String>,
+    write: bool,
+    ctx: &Context,
+) -> Vec<(GrantPath, bool)> {
     if e.get_ref().trim() == "{system}" {
-        let all = crate::SYSTEM_READ.iter().chain(crate::SYSTEM_WRITE);
-        return all.map(|p| GrantPath::Fixed(p.into())).collect();
+        let read = crate::SYSTEM_READ.iter().map(|p| (GrantPath::Fixed(p.into()), write));
+        return read.chain(crate::SYSTEM_WRITE.iter().map(|p| (GrantPath::Fixed(p.into()), true))).collect();
     }
-    expand_path(c, subject, e, ctx).into_iter().collect()
+    expand_path(c, subject, e, ctx).into_iter().map(|p| (p, write)).collect()
 }
 
 fn limit_caps(l: &RawLimits) -> LimitCaps {
@@ -406,11 +466,14 @@ fn exists(path: &Path) -> Result<bool, PolicyError> {
     }
 }
 
-/// Reads one floor file, bounded, after [`check_owner`].
+/// Reads one floor file, bounded, after [`check_owner`]: the file opened is
+/// the one checked (its resolved path, opened without following a link, and
+/// its owner and mode checked again on the open file).
 fn read_checked(path: &Path, owners: &[u32]) -> Result<String, PolicyError> {
     use std::io::Read;
-    check_owner(path, owners)?;
-    let file = std::fs::File::open(path).map_err(|e| {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let real = check_owner(path, owners)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&real).map_err(|e| {
         error(
             path,
             format!(
@@ -418,6 +481,10 @@ fn read_checked(path: &Path, owners: &[u32]) -> Result<String, PolicyError> {
             ),
         )
     })?;
+    let meta = file.metadata().map_err(|e| error(path, format!("cannot read the managed floor: {e}")))?;
+    if !meta.is_file() || !owners.contains(&meta.uid()) || meta.mode() & 0o022 != 0 {
+        return Err(error(path, "the managed floor changed while it was read; read it again".into()));
+    }
     let mut text = String::new();
     file.take(MAX_FLOOR_BYTES + 1)
         .read_to_string(&mut text)
@@ -432,7 +499,7 @@ fn read_checked(path: &Path, owners: &[u32]) -> Result<String, PolicyError> {
 /// of `owners` and writable by no group or other user: otherwise someone else
 /// could lower the floor. A sticky directory (`/tmp`) may be writable by all:
 /// its other users can neither replace nor rename what they do not own.
-fn check_owner(path: &Path, owners: &[u32]) -> Result<(), PolicyError> {
+fn check_owner(path: &Path, owners: &[u32]) -> Result<PathBuf, PolicyError> {
     use std::os::unix::fs::MetadataExt;
     let real = path.canonicalize().map_err(|e| error(path, format!("cannot read the managed floor: {e}")))?;
     let mut at = Some(real.as_path());
@@ -464,7 +531,7 @@ fn check_owner(path: &Path, owners: &[u32]) -> Result<(), PolicyError> {
         }
         at = p.parent();
     }
-    Ok(())
+    Ok(real)
 }
 
 fn error(path: &Path, message: String) -> PolicyError {

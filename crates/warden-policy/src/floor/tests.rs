@@ -177,7 +177,10 @@ fn hosts_and_paths_nest_as_documented() {
     assert!(!host_under("example.com", "*.example.com"));
     assert!(!host_under("badexample.com", "*.example.com"));
     assert!(!host_under("*", "*.example.com"));
-    assert!(host_under("10.0.0.1", "*"));
+    assert!(!host_under("10.0.0.1", "*"), "`*` names host names, never addresses");
+    assert!(!host_under("169.254.169.254", "*.example.com"));
+    assert!(host_under("::ffff:10.0.0.1", "10.0.0.1"));
+    assert!(!host_under("example.com", "10.0.0.1"));
     assert!(path_under(&GrantPath::Fixed("/a/b".into()), &GrantPath::Fixed("/a".into())));
     assert!(!path_under(&GrantPath::Fixed("/ab".into()), &GrantPath::Fixed("/a".into())));
     assert!(!path_under(&GrantPath::Tmp("".into()), &GrantPath::Fixed("/".into())));
@@ -231,6 +234,45 @@ fn floor_files_that_others_could_change_are_refused_loudly() {
     write(&extra, "[tools.x]\ntier = \"sometimes\"\n", 0o644);
     let e = load_from(&dir.path().join("none"), &ctx(), Some(&extra), me).err().map(|e| e.to_string());
     assert!(e.as_ref().is_some_and(|e| e.contains("extra.toml:2")), "{e:?}");
+}
+
+#[test]
+fn what_the_red_team_found_is_closed() {
+    // Addresses: a floor `*:443` keeps no literal address of the policy's.
+    let text = "version = 1\n[tools.t]\nexec = [\"/bin/sh\", \"-c\", \"{cmd}\"]\n\
+                net.connect = [\"127.0.0.1:443\", \"*:443\", \"[::ffff:a9fe:a9fe]:443\"]\ninbox = true\n\
+                [tools.Shell]\nexec = [\"/bin/sh\", \"-c\", \"{cmd}\"]\ntier = \"auto\"\n\
+                [credentials.tok]\nfrom = { command = [\"/bin/sh\", \"-c\", \"echo abcdefgh12345\"] }\n\
+                variable = \"TOK\"\n[[credentials.tok.bind]]\nhost = \"api.example.com\"\ninject = \"bearer\"\n\
+                [tools.c]\nexec = [\"/bin/true\"]\nnet.connect = [\"api.example.com:443\"]\ncredentials = [\"tok\"]\n";
+    let floor_text = "[defaults]\ninbox = false\ntier = \"confirm\"\n\
+                      [tools.\"*\"]\nnet.connect = [\"*:443\", \"10.0.0.5:443\"]\n\
+                      [tools.t]\ntier = \"auto\"\n[[tools.t.rule]]\nwhen = { command = \"^curl \" }\ntier = \"deny\"\n\
+                      [tools.c]\n";
+    let mut p = policy(text);
+    p.apply_floors(&[floor(floor_text)]);
+    let t = &p.tools["t"];
+    let net: Vec<String> = t.grants.net.iter().map(ToString::to_string).collect();
+    assert_eq!(net, ["*:443"], "no address survives a name pattern, and the floor's own address is not added");
+    // A rule on an argument the tool renamed matches every call (fails closed).
+    assert_eq!(t.decide(&json!({"cmd": "ls"})).0, Tier::Deny);
+    // A tool's own `inbox = true` gives way to the floor's `inbox = false`.
+    assert_eq!(t.inbox, Some(false));
+    // A tool the floor does not name (renamed `shell`) gets `[defaults] tier`.
+    assert_eq!(p.tools["Shell"].decide(&json!({"cmd": "ls"})).0, Tier::Confirm);
+    // A credential from a host command is dropped under a floor that does not allow it.
+    assert!(p.tools["c"].grants.credentials.is_empty() && p.credentials.is_empty());
+    assert!(p.floor_notes["c"].iter().any(|n| n.key == "credentials"));
+    let mut allowed = policy(text);
+    allowed.apply_floors(&[floor("[defaults]\ncredential_commands = true\n")]);
+    assert_eq!(allowed.tools["c"].grants.credentials.len(), 1);
+    // A server's tool has no walls of its own to bound.
+    let e = compile_floor("[tools.\"srv__x\"]\nfs.write = []\n", "f.toml", &ctx()).err().map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("[servers.srv]")));
+    // `{system}` in a floor keeps its devices writable.
+    let f = floor("[tools.\"*\"]\nfs.read = [\"{system}\"]\n");
+    let paths = f.tools["*"].paths.clone().unwrap_or_default();
+    assert!(paths.contains(&PathGrant { path: GrantPath::Fixed("/dev/null".into()), write: true }));
 }
 
 // ---- the property: for random policies (and floors), the result never exceeds the floor --------
