@@ -42,15 +42,7 @@ use super::{Cancel, OutputTap, RunOutput, SandboxReport, Usage, Walls, Watch, ca
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
-/// The helper binary this `warden` should use: `warden-sandbox` beside the
-/// running executable when it is there (it starts several times faster, having
-/// no component engine to relocate), else the executable itself, which turns
-/// into the helper when given [`helper::HELPER_ARG`].
-pub fn default_helper() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let small = exe.with_file_name("warden-sandbox");
-    Some(if small.is_file() { small } else { exe })
-}
+pub use warden_sandbox::helper::default_helper;
 
 /// What this kernel offers, probed once.
 #[derive(Debug, Clone, Copy)]
