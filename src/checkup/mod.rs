@@ -2,7 +2,8 @@
 //! no more than intended? A report for people (`text`), programs (`json`) and
 //! code scanning (`sarif`):
 //!
-//! * [`host`]: what this kernel offers a sandbox;
+//! * [`host`]: what this kernel offers a sandbox ([`doctor`]: as the sandbox
+//!   helper really finds it, with the [`fixes`]);
 //! * the layers each tool of the policy would actually get here;
 //! * [`crate::lint`]: findings with stable rule ids at policy lines
 //!   ([`links`] looks for hard-linked files under the grants);
@@ -10,6 +11,8 @@
 //!   the program the process cases run);
 //! * [`sarif`]: the findings as SARIF 2.1.0.
 
+pub mod doctor;
+pub mod fixes;
 pub mod host;
 pub mod links;
 pub mod probe;
@@ -236,8 +239,12 @@ fn process_host_layers(
     } else {
         "memory: rlimits only (address space; memfd pages bounded per file by limits.file_size)".into()
     });
+    if let (true, Some(why)) = (host.root, &host.ipc_namespace_refused) {
+        missing.push(format!("a private IPC namespace, which enforce mode requires as root ({why})"));
+    }
+    let private = host.root && host.ipc_namespace_refused.is_none();
     layers.push(
-        match (host.root, spec.grants.sysv_ipc) {
+        match (private, spec.grants.sysv_ipc) {
             (true, _) => "IPC: a private namespace",
             (false, true) => "IPC: the host's SysV IPC and message queues (sysv_ipc = true)",
             (false, false) => "IPC: SysV IPC and message queues refused",

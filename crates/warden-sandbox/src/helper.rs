@@ -262,7 +262,8 @@ impl Confinement<'_> {
                 }
                 Err(NsError::Refused(e)) if plan.required => {
                     return Err(format!(
-                        "cannot make the call's namespaces, which its protected and denied paths need: {e}"
+                        "cannot make the call's namespaces, which its protected and denied paths need: {e}; \
+                         `warden doctor` names the cause on this host and the fix"
                     ));
                 }
                 Err(NsError::Refused(e)) => self.r.namespace_error = Some(e),
@@ -347,9 +348,18 @@ impl Confinement<'_> {
     /// while the capabilities last).
     fn unshare_ipc(&mut self) -> Result<(), String> {
         if self.spec.ipc_namespace && !self.in_ns() {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
-                .map_err(|e| format!("cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
-            self.r.ipc_namespace = true;
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC) {
+                Ok(()) => self.r.ipc_namespace = true,
+                // Best-effort (the spec requires nothing): seccomp refuses SysV IPC
+                // and message queues instead, unless the tool asked for them.
+                Err(_) if !self.spec.require_seccomp => {}
+                Err(e) => {
+                    return Err(format!(
+                        "cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}; `warden doctor` names \
+                         the cause on this host and the fix"
+                    ));
+                }
+            }
         }
         Ok(())
     }

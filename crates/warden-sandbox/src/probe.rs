@@ -125,13 +125,16 @@ pub fn helper_namespaces() -> Result<(), String> {
         .clone()
 }
 
+/// One layer's attempt: what it did, or what refused it.
+type Attempt = dyn Fn() -> Result<String, String>;
+
 /// The probes named in `only` (every one when it is empty), in the order a call's helper needs them.
 pub fn probe_all(only: &[String]) -> HostProbe {
     let root = nix::unistd::geteuid().is_root();
     // As root a call gets no user namespace (it needs none); otherwise every other one is made inside one.
     let user = if root { CloneFlags::empty() } else { CloneFlags::CLONE_NEWUSER };
     let all = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET;
-    let probes: [(&str, Box<dyn Fn() -> Result<String, String>>); 10] = [
+    let probes: [(&str, Box<Attempt>); 10] = [
         ("user", Box::new(|| unshare(CloneFlags::CLONE_NEWUSER))),
         (
             "mount",
