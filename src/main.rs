@@ -5,6 +5,9 @@ fn main() -> std::process::ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == warden_sandbox::helper::HELPER_ARG) {
         warden_sandbox::helper::run_main();
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == warden_sandbox::probe::PROBE_ARG) {
+        warden_sandbox::probe::run_main();
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == warden::checkup::probe::PROBE_ARG) {
         warden::checkup::probe::run_main();
     }

@@ -39,6 +39,15 @@ pub struct HostReport {
     pub io_uring_disabled: Option<u64>,
     /// `kernel.unprivileged_bpf_disabled`.
     pub unprivileged_bpf_disabled: Option<u64>,
+    /// Why a call gets no namespaces of its own here (`None`: it gets them).
+    /// `warden audit` reads the switch and the sysctls; `warden doctor` sets
+    /// what the sandbox helper found when it tried.
+    pub namespaces_refused: Option<String>,
+    /// Why warden, as root, gets no private IPC namespace for a call (`None`:
+    /// it does, or it is not root). Set by `warden doctor` from the helper's
+    /// try; `warden audit` assumes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipc_namespace_refused: Option<String>,
 }
 
 fn number(path: &str) -> Option<u64> {
@@ -95,6 +104,8 @@ impl HostReport {
             legacy_tiocsti: number("/proc/sys/dev/tty/legacy_tiocsti"),
             io_uring_disabled: number("/proc/sys/kernel/io_uring_disabled"),
             unprivileged_bpf_disabled: number("/proc/sys/kernel/unprivileged_bpf_disabled"),
+            namespaces_refused: super::namespace_refusal(),
+            ipc_namespace_refused: None,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! no more than intended? A report for people (`text`), programs (`json`) and
 //! code scanning (`sarif`):
 //!
-//! * [`host`]: what this kernel offers a sandbox;
+//! * [`host`]: what this kernel offers a sandbox ([`doctor`]: as the sandbox
+//!   helper really finds it, with the [`fixes`]);
 //! * the layers each tool of the policy would actually get here;
 //! * [`crate::lint`]: findings with stable rule ids at policy lines
 //!   ([`links`] looks for hard-linked files under the grants);
@@ -10,6 +11,8 @@
 //!   the program the process cases run);
 //! * [`sarif`]: the findings as SARIF 2.1.0.
 
+pub mod doctor;
+pub mod fixes;
 pub mod host;
 pub mod links;
 pub mod probe;
@@ -36,9 +39,12 @@ pub struct ToolLayers {
     pub layers: Vec<String>,
     /// The layers the policy expects that this host lacks.
     pub missing: Vec<String>,
-    /// `runs`, `refused` (enforce mode, a layer is missing) or `degraded`
-    /// (best-effort mode, a layer is missing), or `unavailable`.
+    /// `runs`, `refused` (enforce mode, a layer it needs is missing) or
+    /// `degraded` (it runs with a layer missing), or `unavailable`.
     pub verdict: &'static str,
+    /// Why the tool is unavailable, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// Where one plugin's component comes from, as it loads on this host.
@@ -135,34 +141,50 @@ pub fn paths_mechanism(spec: &crate::policy::ToolSpec) -> String {
     }
 }
 
-/// The layers each visible tool of `policy` gets on `host`.
+/// How a missing layer that refuses the tool in `best-effort` mode too ends.
+const EVERY_MODE: &str = ": refused in every mode";
+
+/// The layers each visible tool of `policy` gets on `host`, in the policy's mode.
 pub fn tool_layers(policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec<ToolLayers> {
-    let enforce = policy.mode == SandboxMode::Enforce;
+    tool_layers_in(policy.mode, policy, catalog, host)
+}
+
+/// The layers each visible tool of `policy` gets on `host` in `mode`: a tool
+/// whose catalog entry was refused for a reason `mode` does not share (a
+/// missing namespace in `enforce`, asked about for `best-effort`) is judged
+/// by its layers.
+pub fn tool_layers_in(mode: SandboxMode, policy: &Policy, catalog: &Catalog, host: &HostReport) -> Vec<ToolLayers> {
+    let enforce = mode == SandboxMode::Enforce;
     let pids = host.cgroup_controllers.iter().any(|c| c == "pids");
     catalog
         .entries()
         .filter(|e| e.spec.tier != Tier::Deny)
         .map(|e| {
-            let (runtime, layers, missing) = match &e.spec.runner {
+            // Missing layers `enforce` refuses a call without, and ones it runs without.
+            let (mut missing, mut weaker) = (Vec::new(), Vec::new());
+            let (runtime, layers) = match &e.spec.runner {
                 Runner::Process(_) | Runner::Server(_) => {
                     let mut layers = Vec::new();
-                    let mut missing = Vec::new();
                     process_host_layers(&e.spec, host, pids, &mut layers, &mut missing);
-                    process_namespace_layers(&e.spec, host, &mut layers, &mut missing);
-                    (e.spec.runtime(), layers, missing)
+                    process_namespace_layers(&e.spec, host, &mut layers, (&mut missing, &mut weaker));
+                    (e.spec.runtime(), layers)
                 }
-                Runner::Plugin(_) | Runner::Command(_) => ("component", component_layers(&e.spec), Vec::new()),
+                Runner::Plugin(_) | Runner::Command(_) => ("component", component_layers(&e.spec)),
             };
-            let verdict = if e.state.is_err() {
+            let other_mode = mode != policy.mode
+                && e.state.as_ref().is_err_and(|c| c.code == crate::error::ErrorCode::SandboxUnavailable);
+            let unavailable = e.state.as_ref().err().filter(|_| !other_mode).map(|c| c.message.clone());
+            let verdict = if unavailable.is_some() {
                 "unavailable"
-            } else if missing.is_empty() {
+            } else if missing.is_empty() && weaker.is_empty() {
                 "runs"
-            } else if enforce {
+            } else if (enforce && !missing.is_empty()) || missing.iter().any(|m| m.ends_with(EVERY_MODE)) {
                 "refused"
             } else {
                 "degraded"
             };
-            ToolLayers { tool: e.spec.name.clone(), runtime, layers, missing, verdict }
+            missing.append(&mut weaker);
+            ToolLayers { tool: e.spec.name.clone(), runtime, layers, missing, verdict, unavailable }
         })
         .collect()
 }
@@ -217,8 +239,12 @@ fn process_host_layers(
     } else {
         "memory: rlimits only (address space; memfd pages bounded per file by limits.file_size)".into()
     });
+    if let (true, Some(why)) = (host.root, &host.ipc_namespace_refused) {
+        missing.push(format!("a private IPC namespace, which enforce mode requires as root ({why})"));
+    }
+    let private = host.root && host.ipc_namespace_refused.is_none();
     layers.push(
-        match (host.root, spec.grants.sysv_ipc) {
+        match (private, spec.grants.sysv_ipc) {
             (true, _) => "IPC: a private namespace",
             (false, true) => "IPC: the host's SysV IPC and message queues (sysv_ipc = true)",
             (false, false) => "IPC: SysV IPC and message queues refused",
@@ -229,31 +255,33 @@ fn process_host_layers(
 
 /// A process tool's layers that need its mount and network namespaces: file
 /// metadata, write layers, protected and denied paths, and egress.
+/// `missing`: what `enforce` refuses a call without; `weaker`: what it runs without.
 fn process_namespace_layers(
     spec: &crate::policy::ToolSpec,
     host: &HostReport,
     layers: &mut Vec<String>,
-    missing: &mut Vec<String>,
+    (missing, weaker): (&mut Vec<String>, &mut Vec<String>),
 ) {
+    let refused = host.namespaces_refused.clone();
     // File metadata (mode, owner, times, xattrs) outside the write grants.
-    match (namespace_refusal(), host.root) {
+    match (refused.clone(), host.root) {
         (None, _) => layers.push(
             "file metadata: every mount but the call's own read-only (chmod, utime, xattrs refused \
              outside the write grants, at every uid)"
                 .into(),
         ),
         (Some(_), true) => layers.push("file metadata: chmod, chown and xattrs refused to uid 0 (seccomp)".into()),
-        (Some(why), false) => missing.push(format!(
+        (Some(why), false) => weaker.push(format!(
             "a read-only view for file metadata ({why}): the tool may change the mode and times of \
              any file its uid owns"
         )),
     }
-    if spec.grants.writes() && namespace_refusal().is_none() {
+    if spec.grants.writes() && refused.is_none() {
         layers.push("writes: a layer per write grant, each change judged before it reaches the host".into());
     }
     match crate::runtime::protect::preview(spec) {
         Ok(p) if p.is_empty() => {}
-        Ok(p) => match namespace_refusal() {
+        Ok(p) => match &refused {
             None => layers.push(format!(
                 "protected and denied paths ({}): read-only binds and masks in a mount namespace",
                 p.rules.len() + p.patterns.iter().filter(|x| !p.rules.iter().any(|r| r.why == x.why)).count()
@@ -263,7 +291,7 @@ fn process_namespace_layers(
         Err(why) => missing.push(format!("its protected and denied paths: {why}")),
     }
     // The egress mechanism.
-    match (namespace_refusal(), spec.grants.net.is_empty()) {
+    match (&refused, spec.grants.net.is_empty()) {
         (None, true) => layers.push("network: a namespace of its own, loopback only".into()),
         (None, false) => layers.push(format!(
             "network: a namespace of its own whose one way out is warden's egress proxy \
@@ -277,6 +305,12 @@ fn process_namespace_layers(
             "a network namespace for its net.connect grants ({why}); without one Landlock admits \
              every host on the granted ports"
         )),
+    }
+    if !spec.grants.unix.is_empty()
+        && let Some(why) = &refused
+    {
+        // Refused in both modes: a socket path holds only in a root built from the grants.
+        missing.push(format!("a root built from its grants, for its net.unix sockets ({why}){EVERY_MODE}"));
     }
 }
 

@@ -128,6 +128,14 @@ pub enum Command {
         #[arg(long)]
         no_self_test: bool,
     },
+    /// Probe each sandbox layer on this host for real (in the sandbox helper),
+    /// say what each tool gets in enforce and best-effort mode, and print the
+    /// fix for each missing layer. Exit 0 all layers, 1 degraded, 5 refused.
+    Doctor {
+        /// One JSON document (schema in docs/doctor.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Pin the tool definitions (name, description, input schema) of the policy's
     /// plugins and MCP servers in warden.lock beside the policy file.
     ///

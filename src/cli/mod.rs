@@ -13,6 +13,7 @@ pub mod args;
 mod audit;
 mod call;
 mod console;
+mod doctor;
 mod echo;
 pub(crate) mod exec;
 mod explain;
@@ -100,6 +101,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Lock { check, show } => lock::lock(&s, *check, show.as_deref()),
         Command::Audit { format, fail_on, no_self_test } => audit::audit(&s, *format, *fail_on, !*no_self_test),
         Command::List { json } => list::command(&s, *json),
+        Command::Doctor { json } => doctor::doctor(&s, *json),
         Command::Policy(PolicyCommand::Check { file }) => policy::check(&s, file.as_deref()),
         Command::Policy(PolicyCommand::Explain { tool }) => explain::explain(&s, tool),
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),

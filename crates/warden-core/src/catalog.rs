@@ -368,8 +368,8 @@ impl Found<'_> {
                         ErrorCode::SandboxUnavailable,
                         format!(
                             "tool {} ({}): its protected and denied paths ({}) need a mount namespace of the \
-                             call's own, and {why}; or run warden as root, or set [sandbox] mode = \"best-effort\" \
-                             to run without them",
+                             call's own, and {why}; `warden doctor` names the fix, or run warden as root, or set \
+                             [sandbox] mode = \"best-effort\" to run without them",
                             spec.name,
                             spec.location,
                             protection.named(20)
@@ -388,8 +388,9 @@ impl Found<'_> {
                         ErrorCode::SandboxUnavailable,
                         format!(
                             "tool {} ({}): its net.connect grants ({}) need a network namespace of the call's own \
-                             whose one way out is warden's egress proxy, and {why}; or run warden as root, or set \
-                             [sandbox] mode = \"best-effort\" to let it reach every host on the granted ports",
+                             whose one way out is warden's egress proxy, and {why}; `warden doctor` names the fix, \
+                             or run warden as root, or set [sandbox] mode = \"best-effort\" to let it reach every \
+                             host on the granted ports",
                             spec.name,
                             spec.location,
                             grants.join(", ")

@@ -26,6 +26,16 @@ pub const HELPER_ARG: &str = "--warden-sandbox-helper";
 /// The most bytes of spec the helper reads.
 const MAX_SPEC: u64 = 4 << 20;
 
+/// The helper binary this `warden` should use: `warden-sandbox` beside the
+/// running executable when it is there (it starts several times faster, having
+/// no component engine to relocate), else the executable itself, which turns
+/// into the helper when given [`HELPER_ARG`].
+pub fn default_helper() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let small = exe.with_file_name("warden-sandbox");
+    Some(if small.is_file() { small } else { exe })
+}
+
 /// Writes one report line on the channel, or on stderr when there is none.
 fn report(channel: Option<&mut std::fs::File>, r: &HelperReport) {
     let mut line = serde_json::to_string(r).unwrap_or_default();
@@ -252,7 +262,8 @@ impl Confinement<'_> {
                 }
                 Err(NsError::Refused(e)) if plan.required => {
                     return Err(format!(
-                        "cannot make the call's namespaces, which its protected and denied paths need: {e}"
+                        "cannot make the call's namespaces, which its protected and denied paths need: {e}; \
+                         `warden doctor` names the cause on this host and the fix"
                     ));
                 }
                 Err(NsError::Refused(e)) => self.r.namespace_error = Some(e),
@@ -337,9 +348,18 @@ impl Confinement<'_> {
     /// while the capabilities last).
     fn unshare_ipc(&mut self) -> Result<(), String> {
         if self.spec.ipc_namespace && !self.in_ns() {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC)
-                .map_err(|e| format!("cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
-            self.r.ipc_namespace = true;
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWIPC) {
+                Ok(()) => self.r.ipc_namespace = true,
+                // Best-effort (the spec requires nothing): seccomp refuses SysV IPC
+                // and message queues instead, unless the tool asked for them.
+                Err(_) if !self.spec.require_seccomp => {}
+                Err(e) => {
+                    return Err(format!(
+                        "cannot make a private IPC namespace: unshare(CLONE_NEWIPC): {e}; `warden doctor` names \
+                         the cause on this host and the fix"
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -6,7 +6,7 @@
 //! crate links no component engine, no async runtime and no MCP code: what
 //! runs between `fork` and the tool is only this. One file per mechanism:
 //! [`namespaces`], [`netns`], [`mounts`], [`tmpfs`], [`landlock`], [`seccomp`],
-//! [`limits`], [`init`] (pid 1 of the call), [`fdpass`] and [`progress`]
+//! [`limits`], [`init`] (pid 1 of the call), [`probe`] (each layer tried, for `warden doctor`), [`fdpass`] and [`progress`]
 //! (descriptors over the helper socket); [`rules`] and [`spec`] are the data the
 //! host and the helper share; [`helper`] runs the steps in order.
 
@@ -20,6 +20,7 @@ pub mod limits;
 pub mod mounts;
 pub mod namespaces;
 pub mod netns;
+pub mod probe;
 pub mod progress;
 pub mod rules;
 pub mod seccomp;

@@ -25,14 +25,27 @@ pub struct NsSupport {
 }
 
 impl NsSupport {
-    /// Reads the switch and the sysctls (cheap; no namespace is made).
+    /// Reads the switch and the sysctls (cheap; no namespace is made), except
+    /// where AppArmor restricts user namespaces: a profile may grant them to
+    /// the helper binary alone, so the helper tries, once per process
+    /// ([`crate::probe::helper_namespaces`]).
     pub fn probe(root: bool) -> NsSupport {
         let off = std::env::var("WARDEN_NAMESPACES").is_ok_and(|v| v.eq_ignore_ascii_case("off"));
-        NsSupport::decide(root, off, |p| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()))
+        NsSupport::decide(
+            root,
+            off,
+            |p| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()),
+            crate::probe::helper_namespaces,
+        )
     }
 
-    /// [`NsSupport::probe`] with the switch and the sysctl reader given.
-    fn decide(root: bool, off: bool, read: impl Fn(&str) -> Option<String>) -> NsSupport {
+    /// [`NsSupport::probe`] with the switch, the sysctl reader and the helper's try given.
+    fn decide(
+        root: bool,
+        off: bool,
+        read: impl Fn(&str) -> Option<String>,
+        helper_tried: impl Fn() -> Result<(), String>,
+    ) -> NsSupport {
         let refused = |reason: String| NsSupport { available: false, user: !root, reason: Some(reason) };
         if off {
             return refused("WARDEN_NAMESPACES=off asks warden to make no namespaces".into());
@@ -52,12 +65,14 @@ impl NsSupport {
                 "the kernel allows no user namespaces (sysctl user.max_user_namespaces = 0); raise it".into(),
             );
         }
-        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-            return refused(
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+            && let Err(e) = helper_tried()
+        {
+            return refused(format!(
                 "AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns \
-                 = 1); set it to 0, or give warden an AppArmor profile that allows userns"
-                    .into(),
-            );
+                 = 1) and the sandbox helper has no profile that allows them ({e}); install the profile \
+                 `warden doctor` prints, or set the sysctl to 0"
+            ));
         }
         NsSupport { available: true, user: true, reason: None }
     }
@@ -282,23 +297,27 @@ mod tests {
     #[test]
     fn the_switch_and_the_sysctls_decide() {
         let none = |_: &str| None;
-        assert!(NsSupport::decide(true, false, none).available);
-        let off = NsSupport::decide(true, true, none);
+        let works = || Ok(());
+        let refused = || Err("unshare(user, mount, pid, ipc, net): EPERM".to_string());
+        assert!(NsSupport::decide(true, false, none, works).available);
+        let off = NsSupport::decide(true, true, none, works);
         assert!(!off.available && off.reason.unwrap_or_default().contains("WARDEN_NAMESPACES"));
-        let user = NsSupport::decide(false, false, none);
+        let user = NsSupport::decide(false, false, none, works);
         assert!(user.available && user.user);
         for (file, name) in [
             ("/proc/sys/kernel/unprivileged_userns_clone", "unprivileged_userns_clone"),
             ("/proc/sys/user/max_user_namespaces", "max_user_namespaces"),
         ] {
-            let s = NsSupport::decide(false, false, |p| (p == file).then(|| "0".to_string()));
+            let s = NsSupport::decide(false, false, |p| (p == file).then(|| "0".to_string()), works);
             assert!(!s.available && s.reason.unwrap_or_default().contains(name), "{file}");
         }
-        let aa = NsSupport::decide(false, false, |p| {
-            p.ends_with("apparmor_restrict_unprivileged_userns").then(|| "1".into())
-        });
-        assert!(!aa.available && aa.reason.unwrap_or_default().contains("AppArmor"));
+        let restricted = |p: &str| p.ends_with("apparmor_restrict_unprivileged_userns").then(|| "1".into());
+        let aa = NsSupport::decide(false, false, restricted, refused);
+        let why = aa.reason.unwrap_or_default();
+        assert!(!aa.available && why.contains("AppArmor") && why.contains("warden doctor") && why.contains("EPERM"));
+        // A profile that grants the helper user namespaces: the helper's try decides.
+        assert!(NsSupport::decide(false, false, restricted, works).available);
         // As root the user-namespace sysctls do not matter.
-        assert!(NsSupport::decide(true, false, |_| Some("0".into())).available);
+        assert!(NsSupport::decide(true, false, |_| Some("0".into()), refused).available);
     }
 }

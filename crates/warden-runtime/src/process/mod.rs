@@ -42,15 +42,7 @@ use super::{Cancel, OutputTap, RunOutput, SandboxReport, Usage, Walls, Watch, ca
 use crate::error::{CallError, ErrorCode};
 use crate::policy::{ExecSpec, SandboxMode};
 
-/// The helper binary this `warden` should use: `warden-sandbox` beside the
-/// running executable when it is there (it starts several times faster, having
-/// no component engine to relocate), else the executable itself, which turns
-/// into the helper when given [`helper::HELPER_ARG`].
-pub fn default_helper() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let small = exe.with_file_name("warden-sandbox");
-    Some(if small.is_file() { small } else { exe })
-}
+pub use warden_sandbox::helper::default_helper;
 
 /// What this kernel offers, probed once.
 #[derive(Debug, Clone, Copy)]
@@ -236,8 +228,8 @@ impl ProcessRuntime {
             format!(
                 "{tool}: its grants hold protected or denied paths ({}), which a process tool can only be kept \
                  from by mounts in a mount namespace of its own, and none can be made here: {}; enable \
-                 unprivileged user namespaces, run warden as root, or set [sandbox] mode = \"best-effort\" \
-                 to run without these paths enforced",
+                 unprivileged user namespaces (`warden doctor` names the cause and the fix), run warden as \
+                 root, or set [sandbox] mode = \"best-effort\" to run without these paths enforced",
                 walls.protect.named(20),
                 ns.reason.unwrap_or_else(|| "the kernel refused them".into())
             ),
@@ -255,8 +247,8 @@ impl ProcessRuntime {
                 ErrorCode::SandboxUnavailable,
                 format!(
                     "{tool}: its net.unix grants ({}) hold only in a root built from its grants, which needs \
-                     namespaces of its own, and none can be made here: {}; enable unprivileged user namespaces, \
-                     run warden as root, or remove net.unix",
+                     namespaces of its own, and none can be made here: {}; enable unprivileged user namespaces \
+                     (`warden doctor` names the cause and the fix), run warden as root, or remove net.unix",
                     walls.unix.iter().take(10).map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
                     ns.reason.unwrap_or_else(|| "the kernel refused them".into())
                 ),
@@ -272,8 +264,8 @@ impl ProcessRuntime {
             format!(
                 "{tool}: its net.connect grants ({}) hold only where the call has a network namespace of its own \
                  whose one way out is warden's proxy, and none can be made here: {}; enable unprivileged user \
-                 namespaces, run warden as root, or set [sandbox] mode = \"best-effort\" to let it reach every \
-                 host on the granted ports",
+                 namespaces (`warden doctor` names the cause and the fix), run warden as root, or set [sandbox] \
+                 mode = \"best-effort\" to let it reach every host on the granted ports",
                 grants.join(", "),
                 ns.reason.unwrap_or_else(|| "the kernel refused them".into())
             ),
@@ -302,7 +294,8 @@ impl ProcessRuntime {
         Err(CallError::new(
             ErrorCode::SandboxUnavailable,
             format!(
-                "{tool}: sandbox mode \"enforce\" needs {}; run on a kernel that has it, or set [sandbox] mode = \"best-effort\" to run with what exists",
+                "{tool}: sandbox mode \"enforce\" needs {}; run on a kernel that has it (`warden doctor` says what \
+                 this one lacks), or set [sandbox] mode = \"best-effort\" to run with what exists",
                 missing.join(" and ")
             ),
         ))
