@@ -230,7 +230,7 @@ fn output(cmd: &mut Command) -> Result<Vec<u8>, String> {
 
 /// The gzipped tar of `layout` under `top/`, the same bytes for the same input.
 pub(crate) fn pack(layout: &Layout, top: &str, epoch: u64) -> Result<Vec<u8>, String> {
-    let gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+    let gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let err = |e: std::io::Error| format!("packing the archive: {e}");
     let mut paths = layout.paths();
