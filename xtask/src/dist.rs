@@ -136,7 +136,9 @@ fn source(root: &Path) -> Result<Source, String> {
         .ok_or("Cargo.toml has no package.version")?
         .to_string();
     let git = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git").arg("-C").arg(root).args(args).output().ok()?;
+        // As build.rs does: a root build of a checkout another user owns still names its commit.
+        let safe = format!("safe.directory={}", root.display());
+        let out = Command::new("git").arg("-c").arg(safe).arg("-C").arg(root).args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
     let commit = git(&["rev-parse", "--short", "HEAD"]).map(|hash| {
