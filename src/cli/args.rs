@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// says so, runs the tool in a sandbox whose walls come from the policy, and
 /// returns a bounded result with a tamper-evident audit record.
 #[derive(Debug, Parser)]
-#[command(name = "warden", version, about, long_about = None)]
+#[command(name = "warden", version = super::package::VERSION, about, long_about = None)]
 pub struct Cli {
     /// Policy file [default: ./warden.toml if present, else the embedded default policy]
     #[arg(long, global = true, value_name = "FILE")]
@@ -178,6 +178,21 @@ pub enum Command {
     /// and lasting approvals.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// Print the completion script for SHELL on stdout (docs/install.md says where
+    /// each shell looks for it).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print warden's man page (roff) on stdout, for `warden man | man -l -`; with
+    /// --dir, write one page per command there (warden.1, warden-call.1, …).
+    #[command(hide = true)]
+    Man {
+        /// Write every page into this directory (which must exist) instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// `warden approvals …`
@@ -271,6 +286,9 @@ pub enum PolicyCommand {
         /// The tool (`SERVER__TOOL` for a server's tool)
         tool: String,
     },
+    /// Print the embedded default policy, byte for byte (the policy used when
+    /// neither --policy nor ./warden.toml is there; errors point into it).
+    ShowDefault,
 }
 
 /// `warden plugin …`

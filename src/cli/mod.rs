@@ -20,6 +20,7 @@ mod explain;
 mod list;
 mod lock;
 mod log;
+mod package;
 mod plugin;
 mod policy;
 mod progress;
@@ -107,6 +108,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
         Command::Approvals(c) => approvals::run(&s, c),
+        Command::Policy(PolicyCommand::ShowDefault) => package::show_default(),
+        Command::Completions { shell } => package::completions(*shell),
+        Command::Man { dir } => package::man(dir.as_deref()),
     }
 }
 

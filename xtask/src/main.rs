@@ -1,7 +1,8 @@
 //! Project chores: `cargo xtask tour`, `cargo xtask plugin new|build|check`
 //! (see `plugin.rs`), `cargo xtask escape` (see `escape.rs`),
-//! `cargo xtask fuzz` (see `fuzz.rs`), `cargo xtask bench` (see `bench.rs`) and
-//! `cargo xtask conformance` (the MCP conformance suite, see `conformance.rs`).
+//! `cargo xtask fuzz` (see `fuzz.rs`), `cargo xtask bench` (see `bench.rs`),
+//! `cargo xtask conformance` (the MCP conformance suite, see `conformance.rs`) and
+//! `cargo xtask dist` (the release archive, see `dist.rs`).
 //!
 //! `tour` builds warden and walks through its main job on the embedded default
 //! policy in a scratch workspace: the tools, a read, a refused escape, and a
@@ -13,6 +14,7 @@ use std::process::{Command, ExitCode};
 
 mod bench;
 mod conformance;
+mod dist;
 mod escape;
 mod fuzz;
 mod plugin;
@@ -26,11 +28,13 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::run(&root(), &args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("conformance") => conformance::run(),
+        Some("dist") => dist::run(&args[1..]),
         _ => Err(format!(
-            "usage: cargo xtask tour\n       cargo xtask escape\n       cargo xtask conformance\n       {}\n       {}\n       {}",
+            "usage: cargo xtask tour\n       cargo xtask escape\n       cargo xtask conformance\n       {}\n       {}\n       {}\n       {}",
             plugin::USAGE.trim_start_matches("usage: "),
             fuzz::USAGE.trim_start_matches("usage: "),
-            bench::USAGE.trim_start_matches("usage: ")
+            bench::USAGE.trim_start_matches("usage: "),
+            dist::USAGE.trim_start_matches("usage: ")
         )),
     };
     match result {
