@@ -102,6 +102,8 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Policy(PolicyCommand::Check { file }) => policy::check(&s, file.as_deref()),
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
+        Command::Log(LogCommand::Show { call_id, file }) => log::show(&s, call_id, file.as_deref()),
+        Command::Log(LogCommand::Tail { lines, follow, file }) => log::tail(&s, *lines, *follow, file.as_deref()),
         Command::Approvals(c) => approvals::run(&s, c),
     }
 }

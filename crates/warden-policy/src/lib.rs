@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod compile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/credentials.md")]
 pub mod credential;
@@ -147,6 +148,8 @@ pub struct Policy {
     pub inbox: bool,
     /// `[credentials.*]` by name.
     pub credentials: BTreeMap<String, Credential>,
+    /// `[audit]`: how the audit log is kept.
+    pub audit: audit::AuditSettings,
 }
 
 impl Policy {
