@@ -55,7 +55,10 @@ pub(crate) fn compile(c: &mut Checker<'_>, raw: &RawAudit) -> AuditSettings {
         }
     });
     if let (Some(k), None) = (&raw.keep, &raw.rotate) {
-        c.problem(k.span(), "[audit] keep removes rotated files, and without `rotate` there are none: set `rotate` too");
+        c.problem(
+            k.span(),
+            "[audit] keep removes rotated files, and without `rotate` there are none: set `rotate` too",
+        );
     }
     AuditSettings { rotate, keep, record_content: raw.record_content.unwrap_or(false) }
 }

@@ -90,13 +90,15 @@ impl Follower {
         // Where `last_of` stopped: a line still being written is picked up by `poll`.
         let mut end = len;
         let mut tail = vec![0u8; len.min(NEAR_WINDOW) as usize];
-        file.read_exact_at(&mut tail, len - tail.len() as u64)?;
+        let from = len - tail.len() as u64;
+        file.read_exact_at(&mut tail, from)?;
         if let Some(i) = tail.iter().rposition(|&b| b == b'\n') {
             end = len - tail.len() as u64 + i as u64 + 1;
         } else if len <= NEAR_WINDOW {
             end = 0;
         }
-        let follower = Follower { path: path.to_path_buf(), ino: (meta.dev(), meta.ino()), file, pos: end, pending: Vec::new() };
+        let follower =
+            Follower { path: path.to_path_buf(), ino: (meta.dev(), meta.ino()), file, pos: end, pending: Vec::new() };
         Ok((lines, follower))
     }
 
