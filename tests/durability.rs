@@ -183,7 +183,8 @@ fn a_tool_filling_the_disk_under_a_served_log_still_gets_its_whole_record() {
     .unwrap();
     let shell = |command: &str| exec.call(ToolCall::new("shell", json!({ "command": command })));
 
-    assert_eq!(shell("true").status, Status::Success);
+    let first = shell("true");
+    assert_eq!(first.status, Status::Success, "{first:?}");
     let fill = shell(&format!("dd if=/dev/zero of=fill bs=64k; echo filled # {}", "p".repeat(4000)));
     let fs = nix::sys::statvfs::statvfs(&small).unwrap();
     let free = fs.blocks_available() * fs.fragment_size();
