@@ -384,8 +384,6 @@ fn main() {
     .replace(env_line, &hermetic);
     let policy = Policy::from_text(&text, "default+shell_ro.toml", &ws, &ctx).unwrap();
     let log = AuditLog::open(&dir.path().join("audit.jsonl")).unwrap();
-    // As `serve` keeps it: records overwrite blank fill (the better floor).
-    log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
     let warden_bin = env!("CARGO_BIN_EXE_warden");
     let exec = Executor::new(
         policy,
@@ -430,11 +428,7 @@ fn main() {
     let exec_shm = Executor::new(
         Policy::embedded_default(&ctx).unwrap(),
         Approver::new(ApproveMode::Yes),
-        {
-            let log = AuditLog::open(&shm.path().join("audit.jsonl")).unwrap();
-            log.grow_in_chunks(warden::audit::GROWTH_CHUNK);
-            log
-        },
+        AuditLog::open(&shm.path().join("audit.jsonl")).unwrap(),
         warden::Options {
             cache_dir: Some(cache.clone()),
             sandbox_helper: Some(std::path::Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-sandbox")),
@@ -509,7 +503,6 @@ fn main() {
         println!("record / better floor: {:.2}x", (disk - shm) / append.min(overwrite));
         // The log alone: check_writable and append of a 600-byte record, no call around it.
         let alone = AuditLog::open(&dir.path().join("alone.jsonl")).unwrap();
-        alone.grow_in_chunks(warden::audit::GROWTH_CHUNK);
         let record = warden::audit::Record {
             ts: "2026-01-01T00:00:00Z".into(),
             call_id: "c".repeat(36),

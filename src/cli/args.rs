@@ -342,6 +342,26 @@ pub enum LogCommand {
         #[arg(long, value_enum, default_value = "text")]
         format: StatsFormat,
     },
+    /// Print the record(s) of one call as pretty JSON (both of a background job); exit 1 if none.
+    Show {
+        /// The call's id (`call_id` in the record, `warden call` prints it).
+        call_id: String,
+        /// The log [default: as --audit-log]
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Print the last records as JSON lines, across rotated files.
+    Tail {
+        /// How many records (at most 100000).
+        #[arg(short = 'n', long = "lines", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        lines: u32,
+        /// Then keep printing new records as they are written (across rotations) until interrupted.
+        #[arg(short, long)]
+        follow: bool,
+        /// The log [default: as --audit-log]
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
 }
 
 /// `log stats --format`

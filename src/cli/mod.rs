@@ -107,6 +107,8 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Policy(PolicyCommand::Explain { tool }) => explain::explain(&s, tool),
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
+        Command::Log(LogCommand::Show { call_id, file }) => log::show(&s, call_id, file.as_deref()),
+        Command::Log(LogCommand::Tail { lines, follow, file }) => log::tail(&s, *lines, *follow, file.as_deref()),
         Command::Approvals(c) => approvals::run(&s, c),
         Command::Policy(PolicyCommand::ShowDefault) => package::show_default(),
         Command::Completions { shell } => package::completions(*shell),

@@ -156,12 +156,13 @@ impl Session {
         let ctx = self.context()?;
         let policy = self.load_policy(&ctx)?;
         let log_path = self.audit_log();
-        let log = AuditLog::open(&log_path).map_err(|e| {
+        let mut log = AuditLog::open(&log_path).map_err(|e| {
             fail(
                 ErrorCode::Internal,
                 format!("cannot open the audit log {}: {e} (pass a writable --audit-log)", log_path.display()),
             )
         })?;
+        log.set_settings((&policy.audit).into());
         let options = Options { cache_dir: cache_dir(), sandbox_helper: crate::runtime::process::default_helper() };
         let mut executor = Executor::new_for(policy, Approver::new(self.approve_mode()), log, options, only)
             .map_err(|e| fail(e.code, e.message))?;

@@ -190,7 +190,7 @@ impl Env {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
-            // A server killed mid-session leaves the log's blank fill (zero bytes) after the last line.
+            // A crash can leave zero bytes after the last line (the next writer cuts them).
             .filter(|l| !l.trim_matches([' ', '\0']).is_empty())
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()

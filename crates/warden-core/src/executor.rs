@@ -155,7 +155,8 @@ impl Executor {
         // executor: every call protects them inside its write grants.
         let log = std::path::absolute(audit.path()).unwrap_or_else(|_| audit.path().to_path_buf());
         let live = crate::live::Live::for_log(&log).path().to_path_buf();
-        for (what, path) in [("audit log", log), ("approvals inbox", live)] {
+        let lock = crate::audit::files::lock_path(&log);
+        for (what, path) in [("audit log", log), ("audit log lock", lock), ("approvals inbox", live)] {
             if !policy.own_files.iter().any(|(_, p)| *p == path) {
                 policy.own_files.push((what.to_string(), path));
             }
@@ -297,7 +298,7 @@ impl Executor {
                     fields.insert("call_id".into(), ready.call_id.clone().into());
                     fields.insert("tool".into(), ready.call.tool.clone().into());
                     fields.insert("session".into(), self.session.clone().into());
-                    fields.insert("args".into(), crate::audit::redact(&ready.call.args));
+                    fields.insert("args".into(), self.audit.args_of(&ready.call.args));
                     events.emit("call_start", fields);
                 }
                 Begun::Ready(ready)
@@ -360,7 +361,7 @@ impl Executor {
             session: self.session.clone(),
             tool: ready.call.tool.chars().take(256).collect(),
             args_sha256: ready.args_sha256.clone(),
-            args: crate::audit::redact(&ready.call.args),
+            args: self.audit.args_of(&ready.call.args),
             tier: ready.trace.tier,
             rule: ready.trace.rule.clone(),
             decision: ready.trace.decision,

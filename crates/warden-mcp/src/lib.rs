@@ -73,9 +73,6 @@ pub fn serve(mut executor: Executor, options: ServeOptions) -> Result<(), String
         executor.offer_inbox(options.approval_timeout);
     }
     executor.announce_calls();
-    // A server writes many records: they overwrite blank fill, so each
-    // fdatasync commits data only (cut off again when the log is closed).
-    executor.audit_log().grow_in_chunks(warden_core::audit::GROWTH_CHUNK);
     let sealer = Sealer::new(state_key()?, options.approval_timeout)?;
     let shared = Arc::new(Shared::new(executor, sealer, options.approver_only)?);
     // One stdio client needs no worker pool: every hop of a frame (the gate,
@@ -104,8 +101,6 @@ pub fn serve(mut executor: Executor, options: ServeOptions) -> Result<(), String
     shared.shutdown_jobs();
     // Calls still running on blocking threads finish (and are audited) in the background.
     runtime.shutdown_timeout(Duration::from_secs(5));
-    // The fill is cut off now, not when the last straggling call lets go of the log.
-    shared.audit_log().close();
     result
 }
 

@@ -216,6 +216,7 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
     crate::credential::check_sources(&mut c, &raw.credentials, &credentials, specs.collect());
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
+    let audit = crate::audit::compile(&mut c, &raw.audit);
 
     if !c.problems.is_empty() {
         c.problems.sort_by_key(|p| (p.line, p.column));
@@ -237,6 +238,7 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
         credentials,
         floors: Vec::new(),
         floor_notes: BTreeMap::new(),
+        audit,
     })
 }
 

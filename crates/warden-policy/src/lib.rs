@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod compile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/credentials.md")]
 pub mod credential;
@@ -156,6 +157,8 @@ pub struct Policy {
     pub floors: Vec<String>,
     /// What each floor changed, by tool (`server NAME` for a server, `""` for the policy's own keys).
     pub floor_notes: BTreeMap<String, Vec<floor::apply::FloorNote>>,
+    /// `[audit]`: how the audit log is kept.
+    pub audit: audit::AuditSettings,
 }
 
 impl Policy {

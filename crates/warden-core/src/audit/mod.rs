@@ -3,11 +3,15 @@
 //! returned and chained by hashes (`seq`, `prev`) so that edits, removals and
 //! reorders before the last line are detected ([`verify`]; [`stats`]).
 //!
-//! Appends hold an exclusive `flock`, so several warden processes share one
-//! log; [`AuditLog::check_writable`] reserves a record's space before the tool
-//! runs, and `serve` grows the log in blank fill ([`AuditLog::grow_in_chunks`]).
-//! Torn lines, reservations and the fill are described in docs/security.md,
-//! "Durability and load" and "The audit chain needs an external anchor".
+//! The file only ever grows by whole lines, each written with one `pwrite` at
+//! its end: a reader that tails it never sees blank fill. Appends hold an
+//! exclusive `flock` on a lock file beside the log (`audit.jsonl.lock`, which
+//! is never renamed), so several warden processes share one log and one of
+//! them can rotate it ([`files`]); [`AuditLog::check_writable`] reserves a
+//! record's space before the tool runs (`fallocate` past the end, the file's
+//! size unchanged). Torn lines and reservations are described in
+//! docs/security.md, "Durability and load" and "The audit chain needs an
+//! external anchor".
 
 #![forbid(unsafe_code)]
 
@@ -16,8 +20,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -27,23 +32,30 @@ use crate::approval::ApprovedBy;
 use crate::policy::Tier;
 use crate::runtime::{SandboxReport, Usage};
 
+pub mod files;
+mod head;
+pub mod read;
 mod record;
 mod redact;
 mod stats;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_files;
 mod verify;
 
 use record::encode;
 pub use record::{Decision, Record};
-pub use redact::redact;
+pub use redact::{redact, redact_with};
 pub use stats::{ToolStats, stats};
 pub use verify::{Verification, verify};
 
 /// `prev` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-/// Longest string argument kept in a record (the hash covers the whole).
-const MAX_ARG_STRING: usize = 4096;
+/// Longest string argument kept in a record as it is; a longer one is kept as
+/// its digest and size, or whole with `[audit] record_content` (the record's
+/// `args_sha256` covers the whole arguments either way).
+pub const MAX_ARG_STRING: usize = 4096;
 /// Most bytes of arguments kept in a record.
 const MAX_ARGS_BYTES: usize = 16 << 10;
 /// How far back from the end a writer looks for the last line.
@@ -61,19 +73,37 @@ const NEAR_WINDOW: u64 = 2 * MAX_RECORD_BYTES as u64;
 /// true` added), never torn or refused.
 pub const MAX_RECORD_BYTES: usize = 32 << 10;
 
+/// `[audit]` of the policy, as the log applies it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Rotate the log once its file has reached this many bytes.
+    pub rotate: Option<u64>,
+    /// Remove rotated files whose last record is older than this (at a rotation).
+    pub keep: Option<Duration>,
+    /// Keep string arguments longer than [`MAX_ARG_STRING`] whole (up to the
+    /// arguments' bound) instead of as `{"sha256", "bytes"}`.
+    pub record_content: bool,
+}
+
+impl From<&crate::policy::audit::AuditSettings> for Settings {
+    fn from(s: &crate::policy::audit::AuditSettings) -> Settings {
+        Settings { rotate: s.rotate, keep: s.keep, record_content: s.record_content }
+    }
+}
+
 #[derive(Debug)]
 struct Head {
+    /// The file's length after the last line.
     len: u64,
     seq: u64,
     prev: String,
-    /// The file's size when this head was current: a writer that grew the
-    /// file (a warden older than the fill) changed it.
-    size: u64,
 }
 
 /// What the writers of one log share, behind its mutex.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Commit {
+    /// The log file appended to now (replaced when the log is rotated).
+    file: Arc<File>,
     /// The last line this process wrote, to chain the next one without reading the file.
     head: Option<Head>,
     /// Lines written by this process (each writer's ticket).
@@ -95,11 +125,6 @@ struct Commit {
     /// The file system refused `fallocate` (`EOPNOTSUPP`): nothing is reserved,
     /// only the free-space check stands.
     no_prealloc: bool,
-    /// Grow the log in chunks of this much blank fill (0: by each line, with
-    /// reservations past the end).
-    growth: u64,
-    /// The log has been closed ([`AuditLog::close`]).
-    closed: bool,
 }
 
 /// An open audit log.
@@ -112,74 +137,27 @@ struct Commit {
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: File,
-    /// The log's file system suits blank fill ([`fill_supported`]).
-    fill: bool,
+    /// `<log>.lock`: its `flock` orders the appends and rotations of every
+    /// warden process sharing the log.
+    lock_file: File,
+    settings: Settings,
     commit: Mutex<Commit>,
     synced: Condvar,
 }
 
-/// The log's blank fill: zero bytes. A record never holds one (JSON escapes
-/// control characters), so a zero inside a line is a part of an overwrite that
-/// a crash kept from the disk, whether the block still held fill or was never
-/// written (a file system shows those as zeros).
+/// A zero byte: a record never holds one (JSON escapes control characters),
+/// so a zero inside a line is a part of a write that a crash kept from the
+/// disk (a file system shows unwritten blocks as zeros), or the blank fill an
+/// older warden grew its log with.
 fn is_fill(b: u8) -> bool {
     b == 0
 }
 
-/// Whether the log's file system overwrites written blocks in place (so an
-/// overwrite of fill cannot fail for want of space) and keeps `flock`s and OFD
-/// locks apart (NFS and SMB emulate `flock` with byte-range locks): ext4, XFS
-/// and tmpfs. Elsewhere the log is never grown in chunks.
-fn fill_supported(file: &File) -> bool {
-    use nix::sys::statfs::{EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC, fstatfs};
-    fstatfs(file).is_ok_and(|fs| [EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, TMPFS_MAGIC].contains(&fs.filesystem_type()))
-}
-
-/// How much fill a writer that grows in chunks adds at a time (about 1,500 records).
-pub const GROWTH_CHUNK: u64 = 1 << 20;
-/// How far back a writer looks through fill for the last line before giving up.
+/// How far back a writer looks through zero bytes for the last line before giving up.
 const MAX_FILL_SCAN: u64 = 64 << 20;
-/// The byte of the log's range whose shared OFD lock says "a warden has this log
-/// open" (far past any real end; `flock`s and OFD locks do not interact).
-const PRESENCE_BYTE: i64 = 1 << 62;
 
 /// The least free space the log's file system must have before a tool runs.
 pub const MIN_FREE_BYTES: u64 = 1 << 20;
-
-/// Checks that `file` is still the file at `path` (not removed, or replaced by
-/// another) and not immutable (`chattr +i`, which the kernel checks at each
-/// write: a log made immutable after warden opened it would otherwise fail only
-/// after the tool ran). Returns its length. One `statx` of the open file and one
-/// of the path, neither asking for a timestamp (see [`len_of`]).
-fn still_there(file: &File, path: &Path) -> std::io::Result<u64> {
-    use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags, statx};
-    let open = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::INO | StatxFlags::NLINK | StatxFlags::SIZE)?;
-    let gone = |why: &str| std::io::Error::new(std::io::ErrorKind::NotFound, why.to_string());
-    match statx(CWD, path, AtFlags::empty(), StatxFlags::INO) {
-        Ok(at)
-            if at.stx_dev_major == open.stx_dev_major
-                && at.stx_dev_minor == open.stx_dev_minor
-                && at.stx_ino == open.stx_ino
-                && open.stx_nlink > 0 => {}
-        Ok(_) => return Err(gone("the log file was replaced by another file while warden had it open")),
-        Err(_) if open.stx_nlink == 0 => return Err(gone("the log file was removed while warden had it open")),
-        Err(e) => {
-            return Err(std::io::Error::new(
-                std::io::Error::from(e).kind(),
-                format!("the log path cannot be read: {e}"),
-            ));
-        }
-    }
-    let immutable = StatxAttributes::IMMUTABLE;
-    if open.stx_attributes_mask.contains(immutable) && open.stx_attributes.contains(immutable) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "the log file is immutable (chattr +i): no record can be appended; `chattr -i` it, or use another log",
-        ));
-    }
-    Ok(open.stx_size)
-}
 
 /// The log's length, by a `statx` that asks for the size alone.
 ///
@@ -191,15 +169,6 @@ fn still_there(file: &File, path: &Path) -> std::io::Result<u64> {
 fn len_of(file: &File) -> std::io::Result<u64> {
     use rustix::fs::{AtFlags, StatxFlags, statx};
     Ok(statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::SIZE)?.stx_size)
-}
-
-/// Takes (`F_RDLCK`, `F_WRLCK`) the OFD lock on [`PRESENCE_BYTE`] of `file`.
-fn presence(file: &File, kind: i16, cmd: libc::c_int) -> std::io::Result<()> {
-    use nix::fcntl::{FcntlArg, fcntl};
-    let lock =
-        libc::flock { l_type: kind, l_whence: libc::SEEK_SET as i16, l_start: PRESENCE_BYTE, l_len: 1, l_pid: 0 };
-    let arg = if cmd == libc::F_OFD_SETLKW { FcntlArg::F_OFD_SETLKW(&lock) } else { FcntlArg::F_OFD_SETLK(&lock) };
-    fcntl(file, arg).map(drop).map_err(std::io::Error::from)
 }
 
 fn sync_failed(why: &str) -> std::io::Error {
@@ -222,81 +191,54 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Opens (creating it, private to this user) the log file at `path`.
+fn open_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)
+}
+
 impl AuditLog {
-    /// Opens (creating it and its directory, private to this user) the log at `path`.
+    /// Opens (creating it and its directory, private to this user) the log at
+    /// `path`, and its lock file beside it.
     pub fn open(path: &Path) -> std::io::Result<AuditLog> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         }
-        // Not O_APPEND: a record goes at the logical end, which may lie inside the fill.
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
-        let fill = fill_supported(&file);
-        if fill {
-            presence(&file, libc::F_RDLCK as i16, libc::F_OFD_SETLKW)?;
-        }
-        Ok(AuditLog { path: path.to_path_buf(), file, fill, commit: Mutex::default(), synced: Condvar::new() })
+        let lock_file = open_file(&files::lock_path(path))?;
+        let file = Arc::new(open_file(path)?);
+        let commit = Commit {
+            file,
+            head: None,
+            written: 0,
+            durable: 0,
+            syncs: 0,
+            syncing: false,
+            failed: None,
+            reserved: HashSet::new(),
+            no_prealloc: false,
+        };
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            lock_file,
+            settings: Settings::default(),
+            commit: Mutex::new(commit),
+            synced: Condvar::new(),
+        })
     }
 
-    /// Grows the log in chunks of `bytes` of blank fill from now on, so that
-    /// records overwrite space already written and their `fdatasync` commits
-    /// data only (see the module's documentation). For a long-lived writer:
-    /// each growth is written and synced once, and [`AuditLog::close`] cuts
-    /// what is left.
-    /// On a file system other than ext4, XFS or tmpfs the log keeps growing
-    /// line by line (see [`fill_supported`]), and warden says so at debug level.
-    pub fn grow_in_chunks(&self, bytes: u64) {
-        if !self.fill {
-            tracing::debug!(
-                "audit log {}: its file system is not ext4, XFS or tmpfs, so it grows line by line",
-                self.path.display()
-            );
-            return;
-        }
-        self.lock().growth = bytes;
+    /// Applies the policy's `[audit]` settings (rotation, retention, content).
+    pub fn set_settings(&mut self, settings: Settings) {
+        self.settings = settings;
     }
 
-    /// Stops growing in chunks and, if no other warden has the log open, cuts
-    /// the blank fill off its end (under the append lock), so that the log at
-    /// rest is plain JSON lines. Records appended later (a call that outlived
-    /// `serve`) are still written, without fill. Also run when the log is dropped.
-    pub fn close(&self) {
-        let mut commit = self.lock();
-        commit.growth = 0;
-        if !self.fill || commit.closed || commit.failed.is_some() {
-            return;
-        }
-        commit.closed = true;
-        let cut = (|| {
-            self.file.lock()?;
-            // Leaving: let go of this process's presence first, so that of two
-            // closers the second finds the first gone. Alone if no other open
-            // file description holds it.
-            let alone = presence(&self.file, libc::F_UNLCK as i16, libc::F_OFD_SETLK)
-                .and_then(|()| presence(&self.file, libc::F_WRLCK as i16, libc::F_OFD_SETLK))
-                .is_ok();
-            let cut = if alone {
-                len_of(&self.file).and_then(|size| {
-                    let mut head = self.head(&mut commit, size)?;
-                    if head.len < size {
-                        self.file.set_len(head.len)?;
-                        head.size = head.len;
-                        // A call still in flight (one that outlived `serve`) keeps its reservation.
-                        let want = commit.reserved.len() * MAX_RECORD_BYTES;
-                        self.preallocate(&mut commit, head.len, want)?;
-                    }
-                    commit.head = Some(head);
-                    Ok(())
-                })
-            } else {
-                Ok(())
-            };
-            let _ = presence(&self.file, libc::F_UNLCK as i16, libc::F_OFD_SETLK);
-            self.file.unlock()?;
-            cut
-        })();
-        if let Err(e) = cut {
-            tracing::warn!("audit log {}: its blank fill could not be cut off: {e}", self.path.display());
-        }
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The arguments of a call as its record keeps them ([`redact_with`] under
+    /// this log's `record_content`).
+    pub fn args_of(&self, args: &Value) -> Value {
+        redact_with(args, self.settings.record_content)
     }
 
     /// The log's path.
@@ -305,10 +247,11 @@ impl AuditLog {
     }
 
     /// Whether a record written now would be durable at the log's path: the
-    /// file is still linked there (not removed or replaced), is not immutable
-    /// (`chattr +i` refuses every write, even to an open descriptor), and its
-    /// file system is writable and has at least [`MIN_FREE_BYTES`] free. The executor asks
-    /// before a tool runs, so that a call without a record never runs.
+    /// file is still linked there (not removed or replaced, other than by a
+    /// rotation), is not immutable (`chattr +i` refuses every write, even to an
+    /// open descriptor), and its file system is writable and has at least
+    /// [`MIN_FREE_BYTES`] free. The executor asks before a tool runs, so that a
+    /// call without a record never runs.
     ///
     /// It also reserves the record's space: past the end of the log, blocks for
     /// [`MAX_RECORD_BYTES`] times the calls of this process checked and not yet
@@ -318,10 +261,18 @@ impl AuditLog {
     /// until its next [`AuditLog::append`]. Where the file system does not
     /// support `fallocate`, nothing is reserved (the free-space check stands alone).
     pub fn check_writable(&self) -> std::io::Result<()> {
-        if let Some(why) = &self.lock().failed {
-            return Err(sync_failed(why));
-        }
-        let len = still_there(&self.file, &self.path)?;
+        let file = {
+            let commit = self.lock();
+            if let Some(why) = &commit.failed {
+                return Err(sync_failed(why));
+            }
+            commit.file.clone()
+        };
+        let len = files::still_there(&file, &self.path).or_else(|e| match e {
+            // Rotated by another warden: the reservation below opens the new file.
+            files::Moved::Rotated => Ok(0),
+            files::Moved::Other(e) => Err(e),
+        })?;
         // A file-size limit warden inherited (nothing the tool does can set one:
         // seccomp refuses prlimit64 on another process) would stop the append.
         let (limit, _) =
@@ -331,11 +282,11 @@ impl AuditLog {
                 std::io::ErrorKind::FileTooLarge,
                 format!(
                     "warden's RLIMIT_FSIZE ({limit} bytes) leaves no room past the log's {len} bytes; raise it \
-                     (ulimit -f) or start a new log"
+                     (ulimit -f), set `[audit] rotate` below it, or start a new log"
                 ),
             ));
         }
-        let fs = nix::sys::statvfs::fstatvfs(&self.file).map_err(std::io::Error::from)?;
+        let fs = nix::sys::statvfs::fstatvfs(&*file).map_err(std::io::Error::from)?;
         if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
             return Err(std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, "its file system is read-only"));
         }
@@ -349,27 +300,25 @@ impl AuditLog {
         self.reserve()
     }
 
-    /// Reserves [`MAX_RECORD_BYTES`] past the end for the calling thread (see [`AuditLog::check_writable`]).
+    /// Reserves [`MAX_RECORD_BYTES`] past the end for the calling thread (see
+    /// [`AuditLog::check_writable`]), rotating the log first if it has reached `rotate`.
     fn reserve(&self) -> std::io::Result<()> {
         let mut commit = self.lock();
-        if commit.no_prealloc && commit.growth == 0 {
-            return Ok(());
-        }
         let me = std::thread::current().id();
         let fresh = commit.reserved.insert(me);
         // The flock makes the end found here the end the reservation starts from.
-        self.file.lock()?;
-        let reserved = len_of(&self.file).and_then(|size| {
+        self.lock_file.lock()?;
+        let reserved = self.current(&mut commit).and_then(|size| {
             let mut head = self.head(&mut commit, size)?;
-            let want = (commit.reserved.len() * MAX_RECORD_BYTES) as u64;
-            let room = self.room(&mut commit, head.len, size, want);
-            if let Ok(grown) = room {
-                head.size = grown;
+            if self.settings.rotate.is_some_and(|r| head.len >= r) {
+                self.rotate(&mut commit, &mut head)?;
             }
+            let want = commit.reserved.len() * MAX_RECORD_BYTES;
+            let end = head.len;
             commit.head = Some(head);
-            room.map(drop)
+            self.preallocate(&mut commit, end, want)
         });
-        let unlocked = self.file.unlock();
+        let unlocked = self.lock_file.unlock();
         if let Err(e) = reserved.and(unlocked) {
             if fresh {
                 commit.reserved.remove(&me);
@@ -379,55 +328,36 @@ impl AuditLog {
         Ok(())
     }
 
-    /// Makes `[end, end + want)` allocated, `end` being the logical end and
-    /// `size` the file's size: blank fill written up to a chunk past the end
-    /// when the log grows in chunks, blocks reserved past the size otherwise.
-    /// Returns the file's size after.
-    fn room(&self, commit: &mut Commit, end: u64, size: u64, want: u64) -> std::io::Result<u64> {
-        if commit.growth == 0 {
-            return self.preallocate(commit, end, want as usize).map(|()| size);
-        }
-        if size >= end + want {
-            return Ok(size);
-        }
-        let chunk = end + want.max(commit.growth);
-        if self.fill(size, chunk).is_ok() {
-            return Ok(chunk);
-        }
-        // A file system too full for a chunk may still have room for what is wanted.
-        match self.fill(size, end + want) {
-            Ok(()) => Ok((end + want).max(len_of(&self.file)?)),
-            Err(e) => Err(std::io::Error::new(
-                e.kind(),
-                format!("cannot reserve {want} bytes for the record(s) of the calls in flight: {e}"),
-            )),
-        }
-    }
-
-    /// Writes blank fill over `[from, to)`.
-    fn fill(&self, from: u64, to: u64) -> std::io::Result<()> {
-        static BLANK: [u8; 64 << 10] = [0; 64 << 10];
-        let mut at = from;
-        while at < to {
-            let n = (to - at).min(BLANK.len() as u64) as usize;
-            self.file.write_all_at(&BLANK[..n], at)?;
-            at += n as u64;
-        }
-        Ok(())
-    }
-
-    /// The head of the chain at the logical end: the one this process
-    /// remembers if no other writer has appended since (the byte at its end is
-    /// still fill, or the end of the file), or else read from the file. The
-    /// caller holds the flock.
-    fn head(&self, commit: &mut Commit, size: u64) -> std::io::Result<Head> {
-        if let Some(h) = commit.head.take() {
-            let mut b = [0u8; 1];
-            if h.size == size && (h.len == size || (self.file.read_at(&mut b, h.len)? == 1 && is_fill(b[0]))) {
-                return Ok(h);
+    /// The size of the file the log's path names now, after switching to it if
+    /// another warden rotated the log (the caller holds the flock).
+    fn current(&self, commit: &mut Commit) -> std::io::Result<u64> {
+        match files::still_there(&commit.file, &self.path) {
+            Ok(size) => Ok(size),
+            Err(files::Moved::Other(e)) => Err(e),
+            Err(files::Moved::Rotated) => {
+                let file = Arc::new(open_file(&self.path)?);
+                self.switch(commit, file)?;
+                // Read again: the new file's last line, or the rotated file's if it is empty.
+                commit.head = None;
+                len_of(&commit.file)
             }
         }
-        self.read_head(size)
+    }
+
+    /// Makes every line written to the current file durable, then appends to
+    /// `file` from now on. A line of this process in the old file was written
+    /// before any in the new one, so the tickets stay in order.
+    fn switch(&self, commit: &mut Commit, file: Arc<File>) -> std::io::Result<()> {
+        if let Err(e) = commit.file.sync_data() {
+            commit.failed = Some(e.to_string());
+            self.synced.notify_all();
+            return Err(sync_failed(&e.to_string()));
+        }
+        commit.syncs += 1;
+        commit.durable = commit.written;
+        self.synced.notify_all();
+        commit.file = file;
+        Ok(())
     }
 
     /// Allocates `[at, at + bytes)` without changing the file's size. A file
@@ -439,7 +369,7 @@ impl AuditLog {
         if commit.no_prealloc || bytes == 0 {
             return Ok(());
         }
-        match fallocate(&self.file, FallocateFlags::KEEP_SIZE, at, bytes as u64) {
+        match fallocate(&*commit.file, FallocateFlags::KEEP_SIZE, at, bytes as u64) {
             Ok(()) => Ok(()),
             Err(e) if e == Errno::OPNOTSUPP || e == Errno::NOSYS => {
                 commit.no_prealloc = true;
@@ -481,11 +411,10 @@ impl AuditLog {
         }
         let reserved = commit.reserved.remove(&std::thread::current().id());
         // The flock orders this line against other warden processes sharing the log.
-        self.file.lock()?;
+        self.lock_file.lock()?;
         // A record appended to a removed or replaced file would be lost without a word.
-        let written =
-            still_there(&self.file, &self.path).and_then(|size| self.write_line(&mut commit, record, size, reserved));
-        let unlocked = self.file.unlock();
+        let written = self.current(&mut commit).and_then(|size| self.write_line(&mut commit, record, size, reserved));
+        let unlocked = self.lock_file.unlock();
         written.and(unlocked)?;
         commit.written += 1;
         let ticket = commit.written;
@@ -500,11 +429,13 @@ impl AuditLog {
                 commit = self.synced.wait(commit).unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
-            // Lead: one fdatasync for every line written so far, this one included.
+            // Lead: one fdatasync for every line written so far, this one included
+            // (those written to a file since rotated were synced when it was).
             commit.syncing = true;
             let through = commit.written;
+            let file = commit.file.clone();
             drop(commit);
-            let synced = self.file.sync_data();
+            let synced = file.sync_data();
             commit = self.lock();
             commit.syncing = false;
             commit.syncs += 1;
@@ -516,167 +447,86 @@ impl AuditLog {
         }
     }
 
-    /// Writes `record` as the next line of the chain at the logical end, the
-    /// file being `size` bytes long (the caller holds the flock); `reserved` if
-    /// its space was reserved.
+    /// Writes `record` as the next line of the chain at the end of the file,
+    /// `size` bytes long (the caller holds the flock); `reserved` if its space
+    /// was reserved. A line without a reservation rotates the log first if it
+    /// has reached `rotate` (a reserved one goes where its space is).
     fn write_line(&self, commit: &mut Commit, record: &Record, size: u64, reserved: bool) -> std::io::Result<()> {
-        let head = self.head(commit, size)?;
-        let (start, seq) = (head.len, head.seq + 1);
-        let (line, prev) = match encode(record, seq, &head.prev) {
+        let mut head = self.head(commit, size)?;
+        let (line, prev) = match encode(record, head.seq + 1, &head.prev) {
             Ok(encoded) => encoded,
             Err(e) => {
                 commit.head = Some(head);
                 return Err(e);
             }
         };
-        let mut size = size;
         if !reserved {
-            // Room for this line on top of what the calls in flight have reserved, or no line at all.
-            let want = (line.len() + commit.reserved.len() * MAX_RECORD_BYTES) as u64;
-            match self.room(commit, start, size, want) {
-                Ok(grown) => size = grown,
-                Err(e) => {
+            if self.settings.rotate.is_some_and(|r| head.len >= r) {
+                if let Err(e) = self.rotate(commit, &mut head) {
                     commit.head = Some(head);
                     return Err(e);
                 }
             }
+            // Room for this line on top of what the calls in flight have reserved, or no line at all.
+            let want = line.len() + commit.reserved.len() * MAX_RECORD_BYTES;
+            if let Err(e) = self.preallocate(commit, head.len, want) {
+                commit.head = Some(head);
+                return Err(e);
+            }
         }
-        if let Err(e) = self.file.write_all_at(&line, start) {
-            // No torn line may stay for the next append to be merged into: blank
-            // what was written inside the file, cut what grew it.
-            let end = start + line.len() as u64;
-            let cut = self
-                .fill(start.min(size), end.min(size))
-                .and_then(|()| if end > size { self.file.set_len(size.max(start)) } else { Ok(()) });
+        let start = head.len;
+        if let Err(e) = commit.file.write_all_at(&line, start) {
+            // No torn line may stay for the next append to be merged into: cut what was written.
+            let cut = commit.file.set_len(start);
             let outcome = match &cut {
                 Ok(()) => "the partial line was cut off".to_string(),
                 Err(c) => format!("the partial line could not be cut off ({c}); the next append moves it aside"),
             };
             if cut.is_ok() {
-                // Cutting may have freed the reservations past the end too: take them back if there is room.
-                let _ = self.room(commit, start, size, (commit.reserved.len() * MAX_RECORD_BYTES) as u64);
+                // Cutting freed the reservations past the end too: take them back if there is room.
+                let want = commit.reserved.len() * MAX_RECORD_BYTES;
+                let _ = self.preallocate(commit, start, want);
                 commit.head = Some(head);
             }
             return Err(std::io::Error::new(e.kind(), format!("{e} ({outcome})")));
         }
-        let len = start + line.len() as u64;
-        commit.head = Some(Head { len, seq, prev, size: size.max(len) });
+        commit.head = Some(Head { len: start + line.len() as u64, seq: head.seq + 1, prev });
         Ok(())
     }
 
-    /// Where the content ends: the byte after the last one that is not fill.
-    fn content_end(&self, size: u64) -> std::io::Result<u64> {
-        let mut buf = vec![0u8; 64 << 10];
-        let mut pos = size;
-        while pos > 0 {
-            if size - pos > MAX_FILL_SCAN {
-                return Err(std::io::Error::other(format!(
-                    "the log ends in more than {} MiB of blank fill (spaces or zeros), more than warden ever \
-                     writes: cut it off (truncate) or start a new log",
-                    MAX_FILL_SCAN >> 20
-                )));
-            }
-            let from = pos.saturating_sub(buf.len() as u64);
-            let chunk = &mut buf[..(pos - from) as usize];
-            self.file.read_exact_at(chunk, from)?;
-            if let Some(i) = chunk.iter().rposition(|&b| !is_fill(b)) {
-                return Ok(from + i as u64 + 1);
-            }
-            pos = from;
+    /// Renames the current file to its rotated name, starts a new one at the
+    /// path (the chain continues: `head` keeps its seq and prev, its length
+    /// becomes 0), and removes rotated files older than `keep`. The caller
+    /// holds the flock. The new file gets the reservations of this process's
+    /// calls in flight; another process's reservations stay in the old file
+    /// (its next record needs room of its own).
+    fn rotate(&self, commit: &mut Commit, head: &mut Head) -> std::io::Result<()> {
+        let first = files::first_seq(&commit.file)?.unwrap_or(head.seq);
+        let to = files::rotated_path(&self.path, first);
+        if to.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("cannot rotate the log: {} exists already; move it away", to.display()),
+            ));
         }
-        Ok(0)
-    }
-
-    /// Finds the last complete line before the fill, moving torn ones aside first.
-    fn read_head(&self, size: u64) -> std::io::Result<Head> {
-        // The last line is most often within a record's length of the end: read
-        // that much first (a `warden call` opens the log every time, and a
-        // megabyte read at each was a tenth of a millisecond), the whole window
-        // only when no line ends there.
-        match self.read_head_within(size, NEAR_WINDOW)? {
-            Some(head) => Ok(head),
-            None => self
-                .read_head_within(size, TAIL_WINDOW)?
-                .ok_or_else(|| std::io::Error::other("the last audit record is longer than 1 MiB")),
-        }
-    }
-
-    /// [`AuditLog::read_head`] looking back at most `window` bytes: `None` when
-    /// no whole line lies within them.
-    fn read_head_within(&self, size: u64, window: u64) -> std::io::Result<Option<Head>> {
-        let genesis = |len| Some(Head { len, seq: 0, prev: GENESIS.into(), size });
-        let end = self.content_end(size)?;
-        if end == 0 {
-            return Ok(genesis(0));
-        }
-        let start = end.saturating_sub(window);
-        let mut tail = vec![0u8; (end - start) as usize];
-        self.file.read_exact_at(&mut tail, start)?;
-        // Torn lines at the end: one without its newline (a crash mid-append),
-        // or one holding fill (an overwrite of which a crash kept some pages
-        // from the disk; the lines of one group commit can all be such).
-        let mut keep = tail.len();
-        while keep > 0 {
-            let line = &tail[..keep];
-            let ends = line.last() == Some(&b'\n');
-            let from = line[..keep - usize::from(ends)].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            if ends && !line[from..].iter().copied().any(is_fill) {
-                break;
+        // Its reservations past the end are of no use in a file nobody appends to.
+        commit.file.set_len(head.len)?;
+        fs::rename(&self.path, &to)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&self.path);
+        let file = match file {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                let _ = fs::rename(&to, &self.path);
+                return Err(std::io::Error::new(e.kind(), format!("cannot start a new log file after rotating: {e}")));
             }
-            if from == 0 && start > 0 {
-                return Ok(None);
-            }
-            keep = from;
-        }
-        let mut len = end;
-        if keep < tail.len() {
-            let torn = tail.split_off(keep);
-            let aside = self.path.with_extension("jsonl.torn");
-            let mut t = OpenOptions::new().append(true).create(true).mode(0o600).open(&aside)?;
-            for part in torn.split_inclusive(|&b| b == b'\n') {
-                // Its fill shown as spaces, so the file stays text.
-                let part: Vec<u8> = part.iter().map(|&b| if is_fill(b) { b' ' } else { b }).collect();
-                t.write_all(&part)?;
-                if part.last() != Some(&b'\n') {
-                    t.write_all(b"\n")?;
-                }
-            }
-            t.sync_data()?;
-            let cut = start + keep as u64;
-            // Blanked, not cut (the reservations and fill past it stay), and
-            // durably so before a new line goes over it: a lost page of that
-            // line must read as fill, not as the torn bytes.
-            self.fill(cut, len)?;
-            self.file.sync_data()?;
-            len = cut;
-            tracing::warn!(
-                "audit log {}: moved {} torn last line(s) ({} bytes, a crash mid-write) to {}",
-                self.path.display(),
-                torn.split_inclusive(|&b| b == b'\n').count(),
-                torn.len(),
-                aside.display()
-            );
-            if len == 0 {
-                return Ok(genesis(0));
-            }
-        }
-        let body = &tail[..tail.len() - 1];
-        let last = match body.iter().rposition(|&b| b == b'\n') {
-            Some(i) => &body[i + 1..],
-            None if start == 0 => body,
-            // The torn lines (if any) are fill now: the next look starts at the cut.
-            None => return Ok(None),
         };
-        let seq = serde_json::from_slice::<Value>(last)
-            .ok()
-            .and_then(|v| v.get("seq").and_then(Value::as_u64))
-            .ok_or_else(|| std::io::Error::other("the last audit record is not a warden record (no seq)"))?;
-        Ok(Some(Head { len, seq, prev: sha256_hex(last), size }))
-    }
-}
-
-impl Drop for AuditLog {
-    fn drop(&mut self) {
-        self.close();
+        self.switch(commit, file)?;
+        files::sync_dir(&self.path)?;
+        head.len = 0;
+        tracing::info!("audit log {}: rotated to {} (records from seq {first})", self.path.display(), to.display());
+        if let Some(keep) = self.settings.keep {
+            files::remove_older(&self.path, keep);
+        }
+        Ok(())
     }
 }

@@ -33,10 +33,29 @@ fn program_failed(rec: &Value) -> bool {
         || exit.get("exit_code").and_then(Value::as_i64).is_some_and(|c| c != 0)
 }
 
-/// Per-tool counts and latencies from the log at `path`, sorted by tool.
+/// Per-tool counts and latencies from the log at `path` (its rotated files
+/// included), sorted by tool.
 pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
-    let data = fs::read_to_string(path)?;
+    let mut all = files::rotated(path)?;
+    all.push(path.to_path_buf());
     let mut by_tool: std::collections::BTreeMap<String, (ToolStats, Vec<f64>)> = Default::default();
+    for file in all {
+        count(&fs::read_to_string(file)?, &mut by_tool);
+    }
+    Ok(by_tool
+        .into_values()
+        .map(|(mut s, mut d)| {
+            d.sort_by(f64::total_cmp);
+            let pct = |p: f64| if d.is_empty() { 0.0 } else { d[((d.len() - 1) as f64 * p).round() as usize] };
+            s.p50_ms = pct(0.5);
+            s.p95_ms = pct(0.95);
+            s
+        })
+        .collect())
+}
+
+/// Counts the records of one file's `data` into `by_tool`.
+fn count(data: &str, by_tool: &mut std::collections::BTreeMap<String, (ToolStats, Vec<f64>)>) {
     for line in data.lines() {
         let Ok(rec) = serde_json::from_str::<Value>(line) else { continue };
         // A background job's start record: its end record counts the call.
@@ -58,14 +77,4 @@ pub fn stats(path: &Path) -> std::io::Result<Vec<ToolStats>> {
             durations.push(d);
         }
     }
-    Ok(by_tool
-        .into_values()
-        .map(|(mut s, mut d)| {
-            d.sort_by(f64::total_cmp);
-            let pct = |p: f64| if d.is_empty() { 0.0 } else { d[((d.len() - 1) as f64 * p).round() as usize] };
-            s.p50_ms = pct(0.5);
-            s.p95_ms = pct(0.95);
-            s
-        })
-        .collect())
 }

@@ -1,6 +1,6 @@
 use super::*;
 
-fn record(tool: &str) -> Record {
+pub(super) fn record(tool: &str) -> Record {
     Record {
         ts: "2026-01-01T00:00:00Z".into(),
         call_id: "c-1".into(),
@@ -121,55 +121,9 @@ fn size(path: &Path) -> u64 {
     fs::metadata(path).map(|m| m.len()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn content(path: &Path) -> Vec<u8> {
-    let mut data = fs::read(path).unwrap_or_else(|e| panic!("{e}"));
-    data.truncate(data.iter().rposition(|&b| !is_fill(b)).map_or(0, |i| i + 1));
-    data
-}
-
-#[test]
-fn a_log_grown_in_chunks_is_overwritten_in_place_and_cut_when_the_last_writer_closes() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let path = dir.path().join("a.jsonl");
-    let serve = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    serve.grow_in_chunks(256 << 10);
-    serve.check_writable().unwrap_or_else(|e| panic!("{e}"));
-    let grown = size(&path);
-    assert!(grown >= 256 << 10, "the first reservation grows the log by a chunk: {grown}");
-    assert!(fs::read(&path).unwrap_or_default().iter().all(|&b| b == 0), "all blank fill");
-    for i in 0..3 {
-        serve.check_writable().unwrap_or_else(|e| panic!("{e}"));
-        serve.append(&record(&format!("s{i}"))).unwrap_or_else(|e| panic!("{e}"));
-    }
-    assert_eq!(size(&path), grown, "records overwrite the fill: the size does not change");
-    let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((v.records, v.torn_line, v.problem), (3, None, None));
-    // Another warden process (a `warden call` beside the server) finds the
-    // logical end from the content, not the size, and writes there.
-    let call = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    call.check_writable().unwrap_or_else(|e| panic!("{e}"));
-    call.append(&record("cli")).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(size(&path), grown);
-    // The server's remembered head is stale now: it must notice and chain to the CLI's line.
-    serve.append(&record("s3")).unwrap_or_else(|e| panic!("{e}"));
-    let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((v.records, v.torn_line, v.problem), (5, None, None));
-    let s = stats(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(s.iter().map(|t| t.calls).sum::<u64>(), 5);
-    // Not the last to close: the server still writes into the fill.
-    drop(call);
-    assert_eq!(size(&path), grown);
-    serve.close();
-    assert_eq!(size(&path), content(&path).len() as u64, "the last writer cut the fill off");
-    assert_eq!(fs::read(&path).unwrap_or_default().last(), Some(&b'\n'));
-    // A record after the close (a call that outlived serve) is still written, without fill.
-    serve.append(&record("late")).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(fs::read(&path).unwrap_or_default().last(), Some(&b'\n'));
-    assert_eq!(verify(&path).map(|v| (v.records, v.problem)).ok(), Some((6, None)));
-}
-
-/// What a server that crashed mid-sync leaves: its fill (never cut), with
-/// `crash` written over it after the last durable line.
+/// What a crash mid-write can leave after the last durable line: zero bytes
+/// (pages that never reached the disk, or an older warden's blank fill) with
+/// `crash` written over them.
 fn crashed_with(crash: &[u8]) -> (tempfile::TempDir, PathBuf) {
     let (d, path) = log_with(2);
     let end = size(&path);
@@ -180,7 +134,7 @@ fn crashed_with(crash: &[u8]) -> (tempfile::TempDir, PathBuf) {
 }
 
 #[test]
-fn records_torn_mid_overwrite_are_moved_aside_whichever_pages_were_lost() {
+fn records_torn_by_a_crash_are_moved_aside_whichever_pages_were_lost() {
     let page = |c: u8| vec![c; 4096];
     let line = |parts: &[Vec<u8>]| {
         let mut l = b"{\"seq\":3,\"prev\":\"x\",\"args\":\"".to_vec();
@@ -189,7 +143,7 @@ fn records_torn_mid_overwrite_are_moved_aside_whichever_pages_were_lost() {
         l
     };
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        // The line's second page reached the disk, its first did not (still fill).
+        // The line's second page reached the disk, its first did not (zeros).
         ("a lost first page", [vec![0u8; 100], b"call_id\":\"c-1\"}\n".to_vec()].concat()),
         // A lost middle page inside a string: the line parses, its seq and prev intact.
         ("a lost middle page", line(&[page(b'a'), page(0), page(b'a')])),
@@ -198,19 +152,23 @@ fn records_torn_mid_overwrite_are_moved_aside_whichever_pages_were_lost() {
             "two lines, one page kept",
             [vec![0u8; 3000], b"tail of one\"}\n{\"ts\":\"start of the next".to_vec()].concat(),
         ),
+        // Nothing but zeros after the last line.
+        ("zeros only", Vec::new()),
     ];
     for (what, crash) in cases {
         let (_d, path) = crashed_with(&crash);
         let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((v.records, v.torn_line.is_some(), v.problem), (2, true, None), "{what}");
+        assert_eq!((v.records, v.torn_line.is_some(), v.problem), (2, !crash.is_empty(), None), "{what}");
         let log = AuditLog::open(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
         log.append(&record("after")).unwrap_or_else(|e| panic!("{what}: {e}"));
         let v = verify(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((v.records, v.torn_line, v.problem), (3, None, None), "{what}");
-        let aside = fs::read(path.with_extension("jsonl.torn")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!aside.contains(&0) && aside.ends_with(b"\n"), "{what}: moved aside as text");
-        drop(log);
-        assert_eq!(size(&path), content(&path).len() as u64, "{what}: the fill is cut when the last writer closes");
+        let data = fs::read(&path).unwrap_or_default();
+        assert!(!data.contains(&0) && data.ends_with(b"\n"), "{what}: the log holds only whole lines");
+        if !crash.is_empty() {
+            let aside = fs::read(path.with_extension("jsonl.torn")).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!aside.contains(&0) && aside.ends_with(b"\n"), "{what}: moved aside as text");
+        }
     }
 }
 
@@ -219,10 +177,7 @@ fn concurrent_writers_share_fsyncs_and_keep_one_chain() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let path = dir.path().join("a.jsonl");
     // Two opens of one path stand for two warden processes (each has its own flock).
-    // One grows the log in chunks of fill (a server), the other writes
-    // into that fill or past it (a CLI call beside it).
     let logs = [AuditLog::open(&path), AuditLog::open(&path)].map(|l| l.unwrap_or_else(|e| panic!("{e}")));
-    logs[0].grow_in_chunks(16 << 10);
     std::thread::scope(|s| {
         for t in 0..8 {
             let log = &logs[t % 2];
@@ -249,8 +204,8 @@ fn concurrent_writers_share_fsyncs_and_keep_one_chain() {
         assert_eq!(written, 200);
         assert!((1..=200).contains(&syncs), "{syncs} fdatasyncs for 200 records");
     }
-    drop(logs);
-    assert_eq!(fs::read(&path).unwrap_or_default().last(), Some(&b'\n'), "no fill left once both closed");
+    let data = fs::read(&path).unwrap_or_default();
+    assert!(!data.contains(&0) && data.last() == Some(&b'\n'), "the log holds only whole lines");
 }
 
 #[test]
