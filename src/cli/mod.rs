@@ -15,6 +15,7 @@ mod call;
 mod console;
 mod echo;
 pub(crate) mod exec;
+mod export;
 mod list;
 mod lock;
 mod log;
@@ -76,12 +77,12 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
 
 /// One command, one file: this only says which.
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
-    let s = Session { cli };
+    let s = Session { cli, export: Default::default() };
     if let Command::Console { listen, allow_host } = &s.cli.command {
         let (listen, allow_host) = (*listen, allow_host.clone());
         return console::console(std::sync::Arc::new(s), listen, allow_host);
     }
-    match &s.cli.command {
+    let code = match &s.cli.command {
         Command::Call { tool, args, exit_status, stream } => call::call(&s, tool, args, *exit_status, *stream),
         Command::Run { tool, command } => run::run_command(&s, tool, command),
         Command::Exec => exec::command(&s),
@@ -103,7 +104,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Log(LogCommand::Verify { file }) => log::verify(&s, file.as_deref()),
         Command::Log(LogCommand::Stats { file, format }) => log::stats(&s, file.as_deref(), *format),
         Command::Approvals(c) => approvals::run(&s, c),
-    }
+    };
+    // The records this command wrote: sent, or left to the next start (a bounded wait).
+    export::finish(&s);
+    code
 }
 
 /// `console` owns its session (its server's tasks outlive any borrow) and is run above.

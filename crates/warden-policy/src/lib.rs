@@ -10,11 +10,15 @@
 
 #![forbid(unsafe_code)]
 
+#[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
+pub mod audit;
 pub mod compile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/credentials.md")]
 pub mod credential;
 pub mod glob;
 pub mod oci;
+#[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/otlp.md")]
+pub mod otlp;
 pub mod profile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
 pub mod schema;
@@ -147,6 +151,8 @@ pub struct Policy {
     pub inbox: bool,
     /// `[credentials.*]` by name.
     pub credentials: BTreeMap<String, Credential>,
+    /// `[audit]`: the OpenTelemetry export of the audit log.
+    pub audit: audit::AuditSettings,
 }
 
 impl Policy {

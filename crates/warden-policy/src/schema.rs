@@ -35,6 +35,9 @@ pub struct RawPolicy {
     /// `[credentials.NAME]`: secrets a tool may use but never see.
     #[serde(default)]
     pub credentials: BTreeMap<Spanned<String>, Spanned<crate::credential::RawCredential>>,
+    /// `[audit]`: `[audit.otlp]`, the OpenTelemetry export.
+    #[serde(default)]
+    pub audit: crate::audit::RawAudit,
 }
 
 /// `[profiles.NAME]`
