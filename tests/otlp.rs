@@ -245,7 +245,7 @@ fn records_made_while_the_receiver_was_down_are_sent_by_the_next_warden() {
     }
     assert_eq!(local(&env).len(), 3);
     let cursor = warden_otlp_cursor(&env.log);
-    assert!(cursor.is_none_or(|c| c["seq"] == 0), "nothing was accepted, yet the cursor moved: {cursor:?}");
+    assert!(cursor.as_ref().is_none_or(|c| c["seq"] == 0), "nothing was accepted, yet the cursor moved: {cursor:?}");
 
     let rx = Receiver::start(env.root.path(), &out, port);
     assert!(call(&env, "read_file", r#"{"path":"hello.txt"}"#).success());

@@ -193,6 +193,14 @@ fn valid_header(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A variable name: letters, digits and `_`, not starting with a digit.
+fn valid_var(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 128
+        && !v.starts_with(|c: char| c.is_ascii_digit())
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 fn bound(c: &mut Checker<'_>, key: &str, v: &Option<Spanned<i64>>, default: usize, max: usize) -> usize {
     match v {
         None => default,
@@ -301,7 +309,7 @@ fn compile_headers(c: &mut Checker<'_>, r: &RawOtlp) -> BTreeMap<String, String>
             _ => None,
         };
         match var {
-            Some(v) if crate::compile::valid_env_name(v) => {
+            Some(v) if valid_var(v) => {
                 headers.insert(n.to_ascii_lowercase(), v.to_string());
             }
             Some(v) => c.problem(value.span(), format!("audit.otlp.headers.{n}: {v:?} is not a variable name")),
