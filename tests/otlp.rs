@@ -36,8 +36,13 @@ fn mine(name: &str) -> PathBuf {
     tmp().join(if uid == 0 { name.to_string() } else { format!("{name}-{uid}") })
 }
 
-/// The virtualenv's python, with `opentelemetry-proto` installed.
+/// The virtualenv's python, with `opentelemetry-proto` installed (once per test process).
 fn python() -> PathBuf {
+    static PY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PY.get_or_init(make_venv).clone()
+}
+
+fn make_venv() -> PathBuf {
     let venv = mine("otlp-venv");
     let py = venv.join("bin/python");
     let ready = py.is_file()

@@ -380,4 +380,55 @@ mod tests {
             assert!(parse_url(bad).is_err(), "{bad} accepted");
         }
     }
+
+    fn compile(otlp: &str, tools: &str) -> Result<crate::Policy, String> {
+        let text = format!("version = 1\n{tools}\n[audit.otlp]\n{otlp}\n");
+        let dir = std::env::temp_dir();
+        let ctx = crate::Context::from_env(&dir).map_err(|e| e.to_string())?;
+        crate::Policy::from_text(&text, "p.toml", &dir, &ctx).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_endpoints() {
+        let p = compile("endpoint = \"http://127.0.0.1:4318\"", "").unwrap_or_else(|e| panic!("{e}"));
+        let o = p.audit.otlp.unwrap_or_else(|| panic!("no otlp"));
+        assert_eq!(o.logs.to_string(), "http://127.0.0.1:4318/v1/logs");
+        assert_eq!(o.traces.to_string(), "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(
+            (o.batch, o.queue, o.timeout, o.flush),
+            (DEFAULT_BATCH, DEFAULT_QUEUE, DEFAULT_TIMEOUT, DEFAULT_FLUSH)
+        );
+        assert_eq!((o.spans, o.arguments, o.protocol), (false, Arguments::Shape, Protocol::HttpProtobuf));
+        let p = compile("endpoint = \"https://c\"\nlogs_endpoint = \"https://c/custom\"", "")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.audit.otlp.map(|o| o.logs.to_string()), Some("https://c:443/custom".to_string()));
+    }
+
+    #[test]
+    fn refuses_what_would_leak_or_mislead() {
+        let e = "endpoint = \"http://c\"\n";
+        for (otlp, tools, says) in [
+            (format!("{e}headers = {{ authorization = \"Bearer x\" }}"), "", "never from the policy"),
+            (format!("{e}headers = {{ content-type = {{ env = \"V\" }} }}"), "", "set by the exporter"),
+            (format!("{e}protocol = \"grpc\""), "", "http/protobuf only"),
+            (format!("{e}arguments = \"all\""), "", "\"shape\""),
+            (format!("{e}batch = 100\nqueue = 10"), "", "at least batch"),
+            (format!("{e}ca_file = \"/x.pem\""), "", "no certificate is checked"),
+            (
+                format!("{e}headers = {{ authorization = {{ env = \"OTEL_TOKEN\" }} }}"),
+                "[tools.t]\nexec = [\"/bin/true\"]\nenv.pass = [\"OTEL_TOKEN\"]",
+                "passes OTEL_TOKEN",
+            ),
+            (
+                "endpoint = \"https://c\"\nca_file = \"/srv/w/ca.pem\"".to_string(),
+                "[tools.t]\nexec = [\"/bin/true\"]\nfs.write = [\"/srv/w\"]",
+                "could make warden trust",
+            ),
+        ] {
+            match compile(&otlp, tools) {
+                Ok(_) => panic!("accepted: {otlp}"),
+                Err(m) => assert!(m.contains(says), "{otlp}: {m}"),
+            }
+        }
+    }
 }
