@@ -17,6 +17,7 @@ mod doctor;
 mod echo;
 pub(crate) mod exec;
 mod explain;
+mod export;
 mod list;
 mod lock;
 mod log;
@@ -79,12 +80,12 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
 
 /// One command, one file: this only says which.
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
-    let s = Session { cli };
+    let s = Session { cli, export: Default::default() };
     if let Command::Console { listen, allow_host } = &s.cli.command {
         let (listen, allow_host) = (*listen, allow_host.clone());
         return console::console(std::sync::Arc::new(s), listen, allow_host);
     }
-    match &s.cli.command {
+    let code = match &s.cli.command {
         Command::Call { tool, args, exit_status, stream } => call::call(&s, tool, args, *exit_status, *stream),
         Command::Run { tool, command } => run::run_command(&s, tool, command),
         Command::Exec => exec::command(&s),
@@ -113,7 +114,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Policy(PolicyCommand::ShowDefault) => package::show_default(),
         Command::Completions { shell } => package::completions(*shell),
         Command::Man { dir } => package::man(dir.as_deref()),
-    }
+    };
+    // The records this command wrote: sent, or left to the next start (a bounded wait).
+    export::finish(&s);
+    code
 }
 
 /// `console` owns its session (its server's tasks outlive any borrow) and is run above.

@@ -40,6 +40,8 @@ pub(super) fn load_floors(ctx: &Context) -> Result<Vec<Floor>, Failure> {
 pub(super) struct Session {
     /// The parsed command line.
     pub(super) cli: Cli,
+    /// The OpenTelemetry export, once started ([`super::export`]).
+    pub(super) export: std::sync::Mutex<Option<warden_otlp::Exporter>>,
 }
 
 impl Session {
@@ -102,6 +104,9 @@ impl Session {
         }
         self.with_profile(&mut policy)?;
         policy.own_files.extend(self.own_files());
+        if policy.audit.otlp.is_some() {
+            policy.own_files.extend(super::export::own_files(&absolute(&self.audit_log())));
+        }
         Ok(policy)
     }
 
@@ -164,11 +169,13 @@ impl Session {
         })?;
         log.set_settings((&policy.audit).into());
         let options = Options { cache_dir: cache_dir(), sandbox_helper: crate::runtime::process::default_helper() };
+        let otlp = policy.audit.otlp.clone();
         let mut executor = Executor::new_for(policy, Approver::new(self.approve_mode()), log, options, only)
             .map_err(|e| fail(e.code, e.message))?;
         if self.cli.approve == Some(ApproveArg::Inbox) && !matches!(self.cli.command, Command::Serve { .. }) {
             executor.offer_inbox(crate::mcp::DEFAULT_APPROVAL_TIMEOUT);
         }
+        super::export::start(self, otlp.as_ref(), &absolute(&log_path))?;
         Ok(executor)
     }
 }

@@ -1,12 +1,15 @@
 //! `[audit]`: how the audit log is kept (rotation, retention, what of large
-//! arguments it stores). See docs/policy.md, "[audit]".
+//! arguments it stores) and `[audit.otlp]` ([`crate::otlp`]), its
+//! OpenTelemetry export. See docs/policy.md, "[audit]", and docs/otlp.md.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::compile::Checker;
+use crate::otlp::{Otlp, RawOtlp};
 use crate::units::PolicySize;
 
 /// The smallest `rotate`: a file holds at least a few records.
@@ -24,6 +27,8 @@ pub struct RawAudit {
     pub keep: Option<Spanned<String>>,
     /// Keep long string arguments whole (up to the record's bound).
     pub record_content: Option<bool>,
+    /// `[audit.otlp]`: the OpenTelemetry export.
+    pub otlp: Option<Spanned<RawOtlp>>,
 }
 
 /// `[audit]` as compiled.
@@ -35,10 +40,12 @@ pub struct AuditSettings {
     pub keep: Option<Duration>,
     /// `record_content` (default `false`: long strings as `{"sha256", "bytes"}`).
     pub record_content: bool,
+    /// `[audit.otlp]`: export every record to an OpenTelemetry collector.
+    pub otlp: Option<Otlp>,
 }
 
-/// Checks `[audit]`.
-pub(crate) fn compile(c: &mut Checker<'_>, raw: &RawAudit) -> AuditSettings {
+/// Checks `[audit]`; `dir` is the policy's directory.
+pub(crate) fn compile(c: &mut Checker<'_>, raw: &RawAudit, dir: &Path) -> AuditSettings {
     let rotate = raw.rotate.as_ref().and_then(|r| {
         let v = r.get_ref().0;
         if v < MIN_ROTATE {
@@ -60,7 +67,8 @@ pub(crate) fn compile(c: &mut Checker<'_>, raw: &RawAudit) -> AuditSettings {
             "[audit] keep removes rotated files, and without `rotate` there are none: set `rotate` too",
         );
     }
-    AuditSettings { rotate, keep, record_content: raw.record_content.unwrap_or(false) }
+    let otlp = raw.otlp.as_ref().and_then(|o| crate::otlp::compile_otlp(c, o, dir));
+    AuditSettings { rotate, keep, record_content: raw.record_content.unwrap_or(false), otlp }
 }
 
 /// Parses `keep`: `"30d"`, `"12h"`, `"2w"`; more than zero, at most 36500 days.
@@ -99,7 +107,8 @@ mod tests {
             Ok(AuditSettings {
                 rotate: Some(100 << 20),
                 keep: Some(Duration::from_secs(30 * 86_400)),
-                record_content: true
+                record_content: true,
+                otlp: None,
             })
         );
         assert_eq!(load("[audit]\nrotate = 4096\n").map(|s| s.rotate), Ok(Some(4096)));

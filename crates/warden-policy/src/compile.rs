@@ -213,10 +213,14 @@ pub(crate) fn compile(text: &str, origin: &str, dir: &Path, ctx: &Context) -> Re
 
     let specs = tools.values().map(|t| (format!("tool {}", t.name), &t.grants));
     let specs = specs.chain(servers.values().map(|s| (format!("server {}", s.name), &s.grants)));
-    crate::credential::check_sources(&mut c, &raw.credentials, &credentials, specs.collect());
+    let holders: Vec<(String, &crate::Grants)> = specs.collect();
+    crate::credential::check_sources(&mut c, &raw.credentials, &credentials, holders.clone());
+    let audit = crate::audit::compile(&mut c, &raw.audit, dir);
+    if let (Some(raw_otlp), Some(otlp)) = (&raw.audit.otlp, &audit.otlp) {
+        crate::otlp::check_reach(&mut c, raw_otlp, otlp, &holders);
+    }
     let profiles = compile_profiles(&mut c, &raw, &tools, &servers);
     let max_jobs = compile_jobs(&mut c, &raw, &tools);
-    let audit = crate::audit::compile(&mut c, &raw.audit);
 
     if !c.problems.is_empty() {
         c.problems.sort_by_key(|p| (p.line, p.column));

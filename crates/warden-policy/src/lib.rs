@@ -18,6 +18,8 @@ mod decide;
 pub mod floor;
 pub mod glob;
 pub mod oci;
+#[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/otlp.md")]
+pub mod otlp;
 pub mod profile;
 #[allow(missing_docs, reason = "each field is the policy key of its name, documented in docs/policy.md")]
 pub mod schema;

@@ -35,7 +35,7 @@ pub struct RawPolicy {
     /// `[credentials.NAME]`: secrets a tool may use but never see.
     #[serde(default)]
     pub credentials: BTreeMap<Spanned<String>, Spanned<crate::credential::RawCredential>>,
-    /// `[audit]`: rotation, retention, large arguments.
+    /// `[audit]`: rotation, retention, large arguments, and `[audit.otlp]`, the OpenTelemetry export.
     #[serde(default)]
     pub audit: crate::audit::RawAudit,
 }
