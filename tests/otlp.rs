@@ -267,6 +267,55 @@ fn records_made_while_the_receiver_was_down_are_sent_by_the_next_warden() {
     assert_eq!((c["seq"].as_u64().unwrap(), c["hash"].as_str().unwrap().to_string()), want[3]);
 }
 
+/// Every record of the log, its rotated files first: (seq, sha256 of the line).
+fn all_files(env: &Env) -> Vec<(u64, String)> {
+    let dir = env.log.parent().unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("audit.0"))
+        .collect();
+    files.sort();
+    files.push(env.log.clone());
+    let mut out = Vec::new();
+    for f in files {
+        for l in std::fs::read_to_string(&f).unwrap().lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            out.push((v["seq"].as_u64().unwrap(), hex::encode(Sha256::digest(l.as_bytes()))));
+        }
+    }
+    out
+}
+
+#[test]
+fn records_rotated_away_while_the_receiver_was_down_are_sent_from_the_rotated_files() {
+    let env = Env::new();
+    let out = env.root.path().join("received.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    env.write("warden.toml", &format!("{}\n[audit]\nrotate = \"1KiB\"\n", policy(port, "flush = \"300ms\"")));
+    env.write("hello.txt", "hello\n");
+    for _ in 0..8 {
+        assert!(call(&env, "read_file", r#"{"path":"hello.txt"}"#).success());
+    }
+    let rotated = std::fs::read_dir(env.log.parent().unwrap())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("audit.0"))
+        .count();
+    assert!(rotated >= 2, "the log did not rotate: {rotated} rotated files");
+    let rx = Receiver::start(env.root.path(), &out, port);
+    assert!(call(&env, "read_file", r#"{"path":"hello.txt"}"#).success());
+    let want = all_files(&env);
+    assert_eq!(want.len(), 9, "{want:?}");
+    let arrived = within(ARRIVAL, || {
+        let got = received_chain(&rx.received());
+        want.iter().all(|w| got.contains(w))
+    });
+    assert!(arrived, "want {want:?}, got {:?}", received_chain(&rx.received()));
+    verify(&env);
+}
+
 #[test]
 fn a_header_whose_variable_is_unset_is_an_error_naming_it() {
     let env = Env::new();

@@ -142,6 +142,8 @@ struct Position {
     cursor: Cursor,
     /// The byte offset to read on from.
     offset: u64,
+    /// The records being sent are the current file's (not a rotated one's).
+    live: bool,
     /// Records per request now (halved while the collector refuses a batch as too large).
     batch: usize,
     backoff: Duration,
@@ -174,7 +176,7 @@ impl Worker {
         };
         let cursor = cursor::load(&self.log);
         let offset = cursor.offset;
-        let mut pos = Position { cursor, offset, batch: self.settings.batch, backoff: FIRST_BACKOFF };
+        let mut pos = Position { cursor, offset, live: true, batch: self.settings.batch, backoff: FIRST_BACKOFF };
         loop {
             // Read before the look: a record appended before `finish` was asked is seen by this look.
             let finishing = self.shared.lock().finish;
@@ -208,13 +210,24 @@ impl Worker {
             pos.cursor = Cursor::default();
             pos.offset = 0;
         }
-        let read = match reader::records_after(&self.log, pos.offset, pos.cursor.seq, self.settings.queue) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("OTLP export: cannot read {}: {e}", self.log.display());
-                return Step::CaughtUp;
+        // After a rotation, what the cursor has not reached may be in rotated files: the first
+        // file (in chain order) that holds records after the cursor is sent from.
+        let mut found = None;
+        for (file, from, live) in reader::sources(&self.log, pos.cursor.seq, pos.offset) {
+            match reader::records_after(&file, from, pos.cursor.seq, self.settings.queue) {
+                Ok(read) if live || !read.lines.is_empty() => {
+                    found = Some((read, live));
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("OTLP export: cannot read {}: {e}", file.display());
+                    return Step::CaughtUp;
+                }
             }
-        };
+        }
+        let Some((read, live)) = found else { return Step::CaughtUp };
+        pos.live = live;
         if read.lines.is_empty() {
             pos.offset = read.next;
             return Step::CaughtUp;
@@ -244,6 +257,11 @@ impl Worker {
             }
             rest = &rest[n.max(1)..];
         }
+        if !live {
+            // Offsets in a rotated file are not the current file's: read that from its start (by seq).
+            pos.offset = 0;
+            return Step::More;
+        }
         if read.lines.last().is_some_and(|l| l.end == pos.offset) {
             pos.offset = read.next;
         }
@@ -252,8 +270,10 @@ impl Worker {
 
     /// The collector took the records up to `last` (`n` of them this request).
     fn accepted(&self, pos: &mut Position, last: &Line, n: usize) {
-        pos.cursor = Cursor { seq: last.seq, hash: last.hash.clone(), offset: last.end };
-        pos.offset = last.end;
+        // The stored offset is the current file's only: a record of a rotated file keeps 0 (read by seq).
+        let offset = if pos.live { last.end } else { 0 };
+        pos.cursor = Cursor { seq: last.seq, hash: last.hash.clone(), offset };
+        pos.offset = offset;
         pos.backoff = FIRST_BACKOFF;
         if let Err(e) = cursor::store(&self.log, &pos.cursor) {
             tracing::warn!(

@@ -90,6 +90,38 @@ pub(crate) fn records_after(path: &Path, from: u64, after: u64, max: usize) -> s
     Ok(out)
 }
 
+/// Where the records after `after` are, in the order to read them: the log's
+/// current file from `offset`; or, when a rotation moved some of them out of
+/// it, the rotated files from the one that holds `after + 1` on (each from its
+/// start, `false`: offsets there are not the current file's), then the current
+/// file from its start.
+pub(crate) fn sources(log: &Path, after: u64, offset: u64) -> Vec<(std::path::PathBuf, u64, bool)> {
+    use warden_core::audit::files;
+    let first = first_seq(log);
+    if first.is_none_or(|f| f <= after + 1) {
+        return vec![(log.to_path_buf(), offset, true)];
+    }
+    let rotated = files::rotated(log).unwrap_or_default();
+    let starts = |p: &std::path::PathBuf| {
+        p.file_name().and_then(|n| files::rotated_seq(log, &n.to_string_lossy())).unwrap_or(u64::MAX)
+    };
+    // From the last rotated file starting at or before the next record (the oldest left
+    // when `keep` removed the one that held it: what remains is sent).
+    let from = rotated.iter().rposition(|p| starts(p) <= after + 1).unwrap_or(0);
+    let mut out: Vec<_> = rotated[from.min(rotated.len())..].iter().map(|p| (p.clone(), 0, false)).collect();
+    out.push((log.to_path_buf(), 0, true));
+    out
+}
+
+/// The `seq` of the first record of the file at `path`.
+fn first_seq(path: &Path) -> Option<u64> {
+    let file = File::open(path).ok()?;
+    let mut head = vec![0u8; (64 << 10).min(file.metadata().ok()?.len() as usize)];
+    file.read_exact_at(&mut head, 0).ok()?;
+    let nl = head.iter().position(|&b| b == b'\n')?;
+    parse(&head[..nl], nl as u64 + 1).map(|l| l.seq)
+}
+
 fn parse(line: &[u8], end: u64) -> Option<Line> {
     let record: Value = serde_json::from_slice(line).ok()?;
     let seq = record.get("seq")?.as_u64()?;

@@ -36,7 +36,7 @@ pub fn rotated_path(path: &Path, first: u64) -> PathBuf {
 }
 
 /// The first seq of the rotated file named `name`, if it is one of the log at `path`.
-fn rotated_seq(path: &Path, name: &str) -> Option<u64> {
+pub fn rotated_seq(path: &Path, name: &str) -> Option<u64> {
     let (stem, suffix) = parts(path);
     let digits = name.strip_prefix(&stem)?.strip_prefix('.')?.strip_suffix(suffix)?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
