@@ -93,15 +93,17 @@ pub(super) fn tail(s: &Session, n: u32, follow: bool, file: Option<&Path>) -> Re
     if !print(last) {
         return Ok(0);
     }
-    while follow {
+    if !follow {
+        return Ok(0);
+    }
+    loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let new = follower.poll().map_err(cannot)?;
         // A reader that went away (`| head`) ends the follow.
         if !print(new) {
-            break;
+            return Ok(0);
         }
     }
-    Ok(0)
 }
 
 /// `warden log stats [FILE]`: per-tool counts and latencies.

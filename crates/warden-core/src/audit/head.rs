@@ -18,14 +18,13 @@ impl AuditLog {
             let want = commit.reserved.len() * MAX_RECORD_BYTES;
             self.preallocate(commit, head.len, want)?;
         }
-        if head.len == 0 {
-            if let Some(last) = files::rotated(&self.path)?.pop() {
-                let file = File::open(&last)?;
-                let (h, _) = read_head_within(&file, &last, len_of(&file)?, TAIL_WINDOW, false)?.ok_or_else(|| {
-                    std::io::Error::other(format!("{}: its last record is not whole", last.display()))
-                })?;
-                return Ok(Head { len: 0, ..h });
-            }
+        if head.len == 0
+            && let Some(last) = files::rotated(&self.path)?.pop()
+        {
+            let file = File::open(&last)?;
+            let (h, _) = read_head_within(&file, &last, len_of(&file)?, TAIL_WINDOW, false)?
+                .ok_or_else(|| std::io::Error::other(format!("{}: its last record is not whole", last.display())))?;
+            return Ok(Head { len: 0, ..h });
         }
         Ok(head)
     }

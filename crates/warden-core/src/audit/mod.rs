@@ -461,11 +461,11 @@ impl AuditLog {
             }
         };
         if !reserved {
-            if self.settings.rotate.is_some_and(|r| head.len >= r) {
-                if let Err(e) = self.rotate(commit, &mut head) {
-                    commit.head = Some(head);
-                    return Err(e);
-                }
+            if self.settings.rotate.is_some_and(|r| head.len >= r)
+                && let Err(e) = self.rotate(commit, &mut head)
+            {
+                commit.head = Some(head);
+                return Err(e);
             }
             // Room for this line on top of what the calls in flight have reserved, or no line at all.
             let want = line.len() + commit.reserved.len() * MAX_RECORD_BYTES;
