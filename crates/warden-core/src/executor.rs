@@ -154,9 +154,8 @@ impl Executor {
         // The record and the approvals inbox are warden's own, whoever embeds the
         // executor: every call protects them inside its write grants.
         let log = std::path::absolute(audit.path()).unwrap_or_else(|_| audit.path().to_path_buf());
-        let live = crate::live::Live::for_log(&log).path().to_path_buf();
-        let lock = crate::audit::files::lock_path(&log);
-        for (what, path) in [("audit log", log), ("audit log lock", lock), ("approvals inbox", live)] {
+        let live = ("approvals inbox", crate::live::Live::for_log(&log).path().to_path_buf());
+        for (what, path) in crate::audit::files::own_files(&log).into_iter().chain([live]) {
             if !policy.own_files.iter().any(|(_, p)| *p == path) {
                 policy.own_files.push((what.to_string(), path));
             }

@@ -20,6 +20,16 @@ pub fn lock_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The log's files a tool must never write, each with what it is: the
+/// current file, its lock, and the files it was rotated to so far (a file
+/// rotated later is new to the tools running then: its chain link in the next
+/// file and an external copy, such as the OTLP export, show an edit).
+pub fn own_files(log: &Path) -> Vec<(&'static str, PathBuf)> {
+    let mut own = vec![("audit log", log.to_path_buf()), ("audit log lock", lock_path(log))];
+    own.extend(rotated(log).unwrap_or_default().into_iter().map(|p| ("rotated audit log", p)));
+    own
+}
+
 /// The log's name split for rotation: (stem, suffix), `("audit", ".jsonl")`.
 fn parts(path: &Path) -> (String, &'static str) {
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
