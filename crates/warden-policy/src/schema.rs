@@ -187,6 +187,21 @@ pub struct RawLimits {
     pub tmp_files: Option<Spanned<u32>>,
 }
 
+impl RawLimits {
+    /// Whether any limit is written.
+    pub fn any_set(&self) -> bool {
+        self.memory.is_some()
+            || self.timeout.is_some()
+            || self.max_output.is_some()
+            || self.cpu.is_some()
+            || self.processes.is_some()
+            || self.open_files.is_some()
+            || self.file_size.is_some()
+            || self.tmp_size.is_some()
+            || self.tmp_files.is_some()
+    }
+}
+
 /// `[[tools.NAME.rule]]`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

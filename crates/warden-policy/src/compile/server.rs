@@ -125,18 +125,7 @@ pub(super) fn compile_server_tool(
         ("net", !t.net.connect.is_empty()),
         ("env", !t.env.pass.is_empty() || !t.env.set.is_empty()),
         ("cache", t.cache.is_some()),
-        (
-            "limits",
-            l.memory.is_some()
-                || l.timeout.is_some()
-                || l.max_output.is_some()
-                || l.cpu.is_some()
-                || l.processes.is_some()
-                || l.open_files.is_some()
-                || l.file_size.is_some()
-                || l.tmp_size.is_some()
-                || l.tmp_files.is_some(),
-        ),
+        ("limits", l.any_set()),
     ];
     for (key, set) in refused {
         if set {

@@ -254,7 +254,6 @@ pub fn compile_floor(text: &str, origin: &str, ctx: &Context) -> Result<Floor, P
 /// A server's tool runs inside the server's walls: only its tier and rules are its own.
 fn server_tool_keys(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloorEntry>) {
     let e = entry.get_ref();
-    let l = &e.limits;
     let walls = e.fs.read.is_some()
         || e.fs.write.is_some()
         || !e.fs.deny_read.is_empty()
@@ -268,15 +267,7 @@ fn server_tool_keys(c: &mut Checker<'_>, subject: &str, entry: &Spanned<RawFloor
         || e.credentials.is_some()
         || e.sysv_ipc.is_some()
         || e.inotify.is_some()
-        || l.timeout.is_some()
-        || l.memory.is_some()
-        || l.max_output.is_some()
-        || l.cpu.is_some()
-        || l.processes.is_some()
-        || l.open_files.is_some()
-        || l.file_size.is_some()
-        || l.tmp_size.is_some()
-        || l.tmp_files.is_some();
+        || e.limits.any_set();
     if walls {
         let server = subject.trim_start_matches("[tools.").split(crate::SERVER_TOOL_SEPARATOR).next().unwrap_or("");
         c.problem(
